@@ -1,0 +1,3 @@
+module gocl
+
+go 1.26

@@ -1,0 +1,48 @@
+package kernels
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// benchAccumulate measures acc = acc op in over 1 MiB buffers, the shape of
+// an allreduce step. MB/s counts bytes of one buffer.
+func benchAccumulate(b *testing.B, ty DataType, op RedOp, k []byte) {
+	const size = 1 << 20
+	r, err := NewReducer(ty, op, 4, k)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 1))
+	n := size / ty.Size()
+	acc := make([]byte, size)
+	in := make([]byte, size)
+	// Moderate values only: keep NaN/inf/subnormals out of the hot path.
+	for i := range n {
+		v := rng.NormFloat64()
+		if ty.IsFloat() {
+			putRaw(ty, acc, i, floatEncode(ty, v))
+			putRaw(ty, in, i, floatEncode(ty, v*1e-3))
+		} else {
+			putRaw(ty, acc, i, uint64(int64(v*100)))
+			putRaw(ty, in, i, uint64(int64(v*10)))
+		}
+	}
+	b.SetBytes(size)
+	for b.Loop() {
+		r.Accumulate(acc, acc, in)
+	}
+}
+
+func BenchmarkSumFloat32(b *testing.B)  { benchAccumulate(b, Float32, Sum, nil) }
+func BenchmarkSumBfloat16(b *testing.B) { benchAccumulate(b, Bfloat16, Sum, nil) }
+func BenchmarkSumFloat16(b *testing.B)  { benchAccumulate(b, Float16, Sum, nil) }
+func BenchmarkSumFloat64(b *testing.B)  { benchAccumulate(b, Float64, Sum, nil) }
+func BenchmarkSumInt32(b *testing.B)    { benchAccumulate(b, Int32, Sum, nil) }
+func BenchmarkMaxFloat32(b *testing.B)  { benchAccumulate(b, Float32, Max, nil) }
+func BenchmarkPreMulSumFloat32(b *testing.B) {
+	benchAccumulate(b, Float32, PreMulSum, encodeRaw(Float32, floatEncode(Float32, 0.25)))
+}
+func BenchmarkPreMulSumFloat16(b *testing.B) {
+	benchAccumulate(b, Float16, PreMulSum, encodeRaw(Float16, floatEncode(Float16, 0.25)))
+}

@@ -1,0 +1,24 @@
+package algo
+
+// AlltoAll exchanges blocks pairwise: the k-th send goes to r+k and the k-th
+// receive comes from r-k, so every pair meets without a cycle of waits.
+func AlltoAll(c *Ctx, send, recv []byte, count int) error {
+	size := count * c.Elem
+	at := func(buf []byte, i int) []byte { return buf[i*size : (i+1)*size] }
+	copy(at(recv, c.Rank), at(send, c.Rank))
+	if c.N == 1 || count == 0 {
+		return nil
+	}
+	return c.run(c.N-1, func(s *sender) error {
+		for k := 1; k < c.N; k++ {
+			s.send(c.peer(k), 0, at(send, c.peer(k)))
+		}
+		for k := 1; k < c.N; k++ {
+			p := c.peer(-k)
+			if err := c.recvInto(p, 0, at(recv, p)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

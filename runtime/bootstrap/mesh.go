@@ -1,0 +1,122 @@
+package bootstrap
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"gocl/runtime/debuglog"
+	"gocl/runtime/status"
+)
+
+// Mesh opens nsocks authenticated TCP connections between this rank and
+// every peer for which want(peer) is true. The higher rank dials, the lower
+// accepts on ln; after the handshake the dialer names itself (rank, index).
+// conns[p][i] is connection i to peer p, in the same order on both sides.
+func Mesh(self int, peers []PeerInfo, ln net.Listener, secret []byte, nsocks int,
+	want func(peer int) bool, deadline time.Time) ([][]net.Conn, error) {
+	n := len(peers)
+	conns := make([][]net.Conn, n)
+	expect := 0
+	for p := 0; p < n; p++ {
+		if p != self && want(p) {
+			conns[p] = make([]net.Conn, nsocks)
+			if p > self {
+				expect += nsocks
+			}
+		}
+	}
+	closeAll := func() {
+		for _, cs := range conns {
+			for _, c := range cs {
+				if c != nil {
+					c.Close()
+				}
+			}
+		}
+	}
+
+	accepted := make(chan error, 1)
+	go func() { accepted <- acceptPeers(self, ln, secret, conns, expect, nsocks, deadline) }()
+
+	var dialErr error
+	for p := 0; p < self && dialErr == nil; p++ {
+		for i := 0; conns[p] != nil && i < nsocks; i++ {
+			c, err := dial(peers[p].Addr, secret, deadline)
+			if err == nil {
+				var hello [8]byte
+				binary.LittleEndian.PutUint32(hello[0:], uint32(self))
+				binary.LittleEndian.PutUint32(hello[4:], uint32(i))
+				_, err = c.Write(hello[:])
+			}
+			if err != nil {
+				dialErr = status.Errorf(status.RemoteError, "rank %d: cannot connect to rank %d at %s: %v", self, p, peers[p].Addr, err)
+				break
+			}
+			conns[p][i] = c
+		}
+	}
+	if dialErr != nil {
+		ln.Close() // stops the acceptor
+		<-accepted
+		closeAll()
+		return nil, dialErr
+	}
+	if err := <-accepted; err != nil {
+		closeAll()
+		return nil, err
+	}
+	return conns, nil
+}
+
+func acceptPeers(self int, ln net.Listener, secret []byte, conns [][]net.Conn, expect, nsocks int, deadline time.Time) error {
+	if d, ok := ln.(interface{ SetDeadline(time.Time) error }); ok {
+		d.SetDeadline(deadline)
+	}
+	for got := 0; got < expect; {
+		c, err := ln.Accept()
+		if err != nil {
+			var missing []int
+			for p := self + 1; p < len(conns); p++ {
+				for _, x := range conns[p] {
+					if x == nil {
+						missing = append(missing, p)
+						break
+					}
+				}
+			}
+			if isTimeout(err) {
+				return status.Errorf(status.Timeout, "rank %d: ranks %v did not connect within GOCL_TIMEOUT", self, missing)
+			}
+			return status.Errorf(status.RemoteError, "rank %d: accepting connections from ranks %v failed: %v", self, missing, err)
+		}
+		peer, idx, err := greet(c, secret, deadline)
+		if err == nil && (peer <= self || peer >= len(conns) || conns[peer] == nil || idx >= nsocks || conns[peer][idx] != nil) {
+			err = fmt.Errorf("unexpected connection as rank %d socket %d", peer, idx)
+		}
+		if err != nil {
+			debuglog.Warnf(debuglog.Bootstrap, self, "dropped connection from %s: %v", c.RemoteAddr(), err)
+			c.Close()
+			continue
+		}
+		conns[peer][idx] = c
+		got++
+	}
+	return nil
+}
+
+// greet authenticates an accepted connection and reads who it is.
+func greet(c net.Conn, secret []byte, deadline time.Time) (peer, idx int, err error) {
+	c.SetDeadline(time.Now().Add(authTimeout))
+	defer c.SetDeadline(time.Time{})
+	if err := authAccept(c, secret); err != nil {
+		return 0, 0, err
+	}
+	var hello [8]byte
+	if _, err := io.ReadFull(c, hello[:]); err != nil {
+		return 0, 0, err
+	}
+	return int(binary.LittleEndian.Uint32(hello[0:])), int(binary.LittleEndian.Uint32(hello[4:])), nil
+}

@@ -1,0 +1,54 @@
+package comm
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"gocl/kernels"
+	"gocl/runtime/wire"
+)
+
+// BenchmarkAllReduce times float32 sum allreduce on in-process ranks over
+// each transport: go test -bench AllReduce ./runtime/comm
+func BenchmarkAllReduce(b *testing.B) {
+	for _, p2pOff := range []string{"0", "1"} {
+		for _, n := range []int{2, 4} {
+			for _, bytes := range []int{8, 4096, 1 << 20, 16 << 20} {
+				b.Run(fmt.Sprintf("p2p_disable=%s/n=%d/bytes=%d", p2pOff, n, bytes), func(b *testing.B) {
+					b.Setenv("GOCL_P2P_DISABLE", p2pOff)
+					b.Setenv("GOCL_SOCKET_IFNAME", "lo")
+					configReset(b)
+					comms, err := InitAll(n, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer func() {
+						for _, c := range comms {
+							c.Destroy()
+						}
+					}()
+					count := bytes / 4
+					b.SetBytes(int64(bytes))
+					b.ResetTimer()
+					var wg sync.WaitGroup
+					for _, c := range comms {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							send := make([]byte, bytes)
+							recv := make([]byte, bytes)
+							for i := 0; i < b.N; i++ {
+								if err := c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(send), Recv: ptr(recv), Count: count, Type: kernels.Float32}); err != nil {
+									b.Error(err)
+									return
+								}
+							}
+						}()
+					}
+					wg.Wait()
+				})
+			}
+		}
+	}
+}

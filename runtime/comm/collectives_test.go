@@ -1,0 +1,276 @@
+package comm
+
+import (
+	"fmt"
+	"testing"
+
+	"gocl/kernels"
+	"gocl/runtime/wire"
+)
+
+// matrix runs every collective × datatype × op × size (out of place and in
+// place) on one rank of c and checks it against the reference. Sizes hit 0,
+// 1, odd, one chunk ± 1 and several chunks; roots rotate.
+func matrix(c *Comm, types []kernels.DataType, sizes []int) error {
+	var k checker
+	n := c.NRanks()
+	call := 0
+	for _, t := range types {
+		for _, count := range sizes {
+			for _, inPlace := range []bool{false, true} {
+				root := call % n
+				call++
+				for _, op := range allOps {
+					h, free, err := redOp(c, t, op)
+					if err != nil {
+						return err
+					}
+					if err := checkReductions(c, &k, t, op, h, count, root, inPlace); err != nil {
+						return err
+					}
+					free()
+				}
+				if err := checkMovement(c, &k, t, count, root, inPlace); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return k.err()
+}
+
+func checkReductions(c *Comm, k *checker, t kernels.DataType, op kernels.RedOp, h int32, count, root int, inPlace bool) error {
+	n, r := c.NRanks(), c.Rank()
+	es := t.Size()
+	want := func(i int) float64 { return reference(t, op, 2, n, i) }
+	tag := func(coll string) string {
+		return fmt.Sprintf("%s %s %s count=%d root=%d inplace=%v n=%d", coll, t, op, count, root, inPlace, n)
+	}
+	tags := map[string]string{}
+	for _, c := range []string{"allreduce", "reduce", "reducescatter"} {
+		tags[c] = tag(c)
+	}
+
+	// allreduce
+	send := fill(t, op, r, count)
+	recv := make([]byte, count*es)
+	if inPlace {
+		recv = send
+	}
+	if err := c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(send), Recv: ptr(recv), Count: count, Type: t, RedOp: h}); err != nil {
+		return fmt.Errorf("%s: %w", tag("allreduce"), err)
+	}
+	for i := 0; i < count; i++ {
+		if !k.expect(tags["allreduce"], t, recv, i, want(i)) {
+			break
+		}
+	}
+
+	// reduce
+	send = fill(t, op, r, count)
+	recv = make([]byte, count*es)
+	if inPlace {
+		recv = send
+	}
+	if err := c.Run(nil, Op{Coll: wire.Reduce, Send: ptr(send), Recv: ptr(recv), Count: count, Type: t, RedOp: h, Root: root}); err != nil {
+		return fmt.Errorf("%s: %w", tag("reduce"), err)
+	}
+	if r == root {
+		for i := 0; i < count; i++ {
+			if !k.expect(tags["reduce"], t, recv, i, want(i)) {
+				break
+			}
+		}
+	}
+
+	// reducescatter: rank p's input block b holds element b*count+i of a
+	// conceptual array whose reference is want(b*count+i).
+	send = fill(t, op, r, n*count)
+	recv = make([]byte, count*es)
+	if inPlace {
+		recv = send[r*count*es : (r+1)*count*es]
+	}
+	if err := c.Run(nil, Op{Coll: wire.ReduceScatter, Send: ptr(send), Recv: ptr(recv), Count: count, Type: t, RedOp: h}); err != nil {
+		return fmt.Errorf("%s: %w", tag("reducescatter"), err)
+	}
+	for i := 0; i < count; i++ {
+		if !k.expect(tags["reducescatter"], t, recv, i, want(r*count+i)) {
+			break
+		}
+	}
+	return nil
+}
+
+func checkMovement(c *Comm, k *checker, t kernels.DataType, count, root int, inPlace bool) error {
+	n, r := c.NRanks(), c.Rank()
+	es := t.Size()
+	tag := func(coll string) string {
+		return fmt.Sprintf("%s %s count=%d root=%d inplace=%v n=%d", coll, t, count, root, inPlace, n)
+	}
+	tags := map[string]string{}
+	for _, c := range []string{"broadcast", "allgather", "alltoall", "gather", "scatter", "sendrecv", "sendrecv self"} {
+		tags[c] = tag(c)
+	}
+	val := func(rank, i int) float64 { return input(t, kernels.Sum, rank, i) }
+
+	// broadcast
+	buf := make([]byte, count*es)
+	send := fill(t, kernels.Sum, r, count)
+	if inPlace {
+		buf = send
+	}
+	if err := c.Run(nil, Op{Coll: wire.Broadcast, Send: ptr(send), Recv: ptr(buf), Count: count, Type: t, Root: root}); err != nil {
+		return fmt.Errorf("%s: %w", tag("broadcast"), err)
+	}
+	for i := 0; i < count; i++ {
+		if !k.expect(tags["broadcast"], t, buf, i, val(root, i)) {
+			break
+		}
+	}
+
+	// allgather
+	recv := make([]byte, n*count*es)
+	send = fill(t, kernels.Sum, r, count)
+	if inPlace {
+		copy(recv[r*count*es:], send)
+		send = recv[r*count*es : (r+1)*count*es]
+	}
+	if err := c.Run(nil, Op{Coll: wire.AllGather, Send: ptr(send), Recv: ptr(recv), Count: count, Type: t}); err != nil {
+		return fmt.Errorf("%s: %w", tag("allgather"), err)
+	}
+	for p := 0; p < n; p++ {
+		for i := 0; i < count; i++ {
+			if !k.expect(tags["allgather"], t, recv, p*count+i, val(p, i)) {
+				break
+			}
+		}
+	}
+
+	// alltoall: block b of rank p holds values val(p, b*count+i)
+	send = fill(t, kernels.Sum, r, n*count)
+	recv = make([]byte, n*count*es)
+	if err := c.Run(nil, Op{Coll: wire.AlltoAll, Send: ptr(send), Recv: ptr(recv), Count: count, Type: t}); err != nil {
+		return fmt.Errorf("%s: %w", tag("alltoall"), err)
+	}
+	for p := 0; p < n; p++ {
+		for i := 0; i < count; i++ {
+			if !k.expect(tags["alltoall"], t, recv, p*count+i, val(p, r*count+i)) {
+				break
+			}
+		}
+	}
+
+	// gather
+	send = fill(t, kernels.Sum, r, count)
+	recv = make([]byte, n*count*es)
+	if inPlace && r == root {
+		copy(recv[r*count*es:], send)
+		send = recv[r*count*es : (r+1)*count*es]
+	}
+	if err := c.Run(nil, Op{Coll: wire.Gather, Send: ptr(send), Recv: ptr(recv), Count: count, Type: t, Root: root}); err != nil {
+		return fmt.Errorf("%s: %w", tag("gather"), err)
+	}
+	if r == root {
+		for p := 0; p < n; p++ {
+			for i := 0; i < count; i++ {
+				if !k.expect(tags["gather"], t, recv, p*count+i, val(p, i)) {
+					break
+				}
+			}
+		}
+	}
+
+	// scatter: root's block p holds val(root, p*count+i)
+	send = fill(t, kernels.Sum, r, n*count)
+	recv = make([]byte, count*es)
+	if inPlace && r == root {
+		recv = send[r*count*es : (r+1)*count*es]
+	}
+	if err := c.Run(nil, Op{Coll: wire.Scatter, Send: ptr(send), Recv: ptr(recv), Count: count, Type: t, Root: root}); err != nil {
+		return fmt.Errorf("%s: %w", tag("scatter"), err)
+	}
+	for i := 0; i < count; i++ {
+		if !k.expect(tags["scatter"], t, recv, i, val(root, r*count+i)) {
+			break
+		}
+	}
+
+	// grouped ring exchange: send to r+1, receive from r-1, plus self
+	var g Group
+	send = fill(t, kernels.Sum, r, count)
+	recv = make([]byte, count*es)
+	self := make([]byte, count*es)
+	g.Add(c, nil, Op{Coll: wire.SendRecv, IsSend: true, Send: ptr(send), Count: count, Type: t, Root: (r + 1) % n})
+	g.Add(c, nil, Op{Coll: wire.SendRecv, Recv: ptr(recv), Count: count, Type: t, Root: (r + n - 1) % n})
+	g.Add(c, nil, Op{Coll: wire.SendRecv, IsSend: true, Send: ptr(send), Count: count, Type: t, Root: r})
+	g.Add(c, nil, Op{Coll: wire.SendRecv, Recv: ptr(self), Count: count, Type: t, Root: r})
+	if err := g.Run(); err != nil {
+		return fmt.Errorf("%s: %w", tag("sendrecv"), err)
+	}
+	for i := 0; i < count; i++ {
+		if !k.expect(tags["sendrecv"], t, recv, i, val((r+n-1)%n, i)) || !k.expect(tags["sendrecv self"], t, self, i, val(r, i)) {
+			break
+		}
+	}
+	return nil
+}
+
+// TestCollectivesInProcess runs the whole matrix on 1..8 in-process ranks,
+// once per algorithm, with a small chunk so pipelining is exercised.
+func TestCollectivesInProcess(t *testing.T) {
+	const chunk = 4096
+	for _, algo := range []string{"ring", "direct"} {
+		for n := 1; n <= 8; n++ {
+			t.Run(fmt.Sprintf("%s/n=%d", algo, n), func(t *testing.T) {
+				setEnv(t, "GOCL_ALGO", algo, "GOCL_BUFFSIZE", fmt.Sprint(chunk))
+				sizes := []int{0, 1, 7, 1023}
+				clique(t, n, func(c *Comm) error {
+					if err := matrix(c, allTypes, sizes); err != nil {
+						return err
+					}
+					// chunk ± 1 and several chunks, in elements of float32 and bf16
+					return matrix(c, []kernels.DataType{kernels.Float32, kernels.Bfloat16, kernels.Int64},
+						[]int{chunk/4 - 1, chunk/4 + 1, 3*n*chunk/4 + 5})
+				})
+			})
+		}
+	}
+}
+
+// TestCollectivesSockets runs the matrix over TCP between ranks of one
+// process (GOCL_P2P_DISABLE=1), with several sockets per peer so striping
+// is exercised.
+func TestCollectivesSockets(t *testing.T) {
+	for _, n := range []int{2, 3, 5, 8} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			setEnv(t, "GOCL_P2P_DISABLE", "1", "GOCL_BUFFSIZE", "300000", "GOCL_NSOCKS_PERTHREAD", "3", "GOCL_SOCKET_IFNAME", "lo")
+			clique(t, n, func(c *Comm) error {
+				return matrix(c, []kernels.DataType{kernels.Int8, kernels.Float32, kernels.Float16, kernels.Uint64},
+					[]int{0, 1, 7, 300001 / 4, 1 << 17})
+			})
+		})
+	}
+}
+
+// TestLargeAllReduce moves 16 MiB per rank through the ring over both
+// transports.
+func TestLargeAllReduce(t *testing.T) {
+	for _, p2pOff := range []string{"0", "1"} {
+		t.Run("p2p_disable="+p2pOff, func(t *testing.T) {
+			setEnv(t, "GOCL_P2P_DISABLE", p2pOff, "GOCL_SOCKET_IFNAME", "lo")
+			const count = 4 << 20 // float32: 16 MiB
+			clique(t, 4, func(c *Comm) error {
+				var k checker
+				send := fill(kernels.Float32, kernels.Sum, c.Rank(), count)
+				recv := make([]byte, len(send))
+				if err := c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(send), Recv: ptr(recv), Count: count, Type: kernels.Float32}); err != nil {
+					return err
+				}
+				for i := 0; i < count; i += 997 {
+					k.expect("allreduce 16MiB", kernels.Float32, recv, i, reference(kernels.Float32, kernels.Sum, 0, 4, i))
+				}
+				return k.err()
+			})
+		})
+	}
+}

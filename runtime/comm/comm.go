@@ -1,0 +1,303 @@
+// Package comm is the communicator: init (from a unique id, all-in-process,
+// or by splitting), the call path from an operation to an algorithm, groups,
+// and the failure rules: an error on one rank fails the communicator and
+// closes its links, so every peer sees it too instead of waiting.
+package comm
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"gocl/runtime/bootstrap"
+	"gocl/runtime/config"
+	"gocl/runtime/debuglog"
+	"gocl/runtime/status"
+	"gocl/runtime/transport"
+	"gocl/runtime/transport/inproc"
+	"gocl/runtime/transport/socket"
+	"gocl/runtime/tune"
+)
+
+// Version is reported by goclGetVersion (MAJOR*10000 + MINOR*100 + PATCH).
+const Version = 100
+
+// Comm is one rank's communicator.
+type Comm struct {
+	rank, nranks          int
+	localRank, localRanks int
+	node, nnodes          int
+	device                int
+	peers                 []bootstrap.PeerInfo
+	links                 []transport.Link
+	key                   string
+	plan                  tune.Plan
+	chunk                 int
+
+	opMu    sync.Mutex // one operation at a time; held for the whole call
+	seq     uint64     // collective calls so far
+	sendSeq []uint64   // point-to-point sends to each peer so far
+	recvSeq []uint64
+	scratch []byte
+
+	stateMu  sync.Mutex
+	cond     *sync.Cond
+	broken   error // first fatal error; the comm is unusable after it
+	inflight int   // operations queued on streams and not finished
+	freed    bool
+
+	redMu  sync.Mutex
+	redops map[int32]preMulSum
+	nextOp int32
+}
+
+// processID tells ranks of one process apart from ranks of other processes.
+var processID = func() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}()
+
+// hostID tells machines apart: ranks with the same hostID share a host.
+func hostID() string {
+	h, _ := os.Hostname()
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	return h + "/" + strings.TrimSpace(string(boot))
+}
+
+// NewUniqueID starts a rendezvous root in this process and returns its id.
+func NewUniqueID() (bootstrap.ID, error) {
+	if err := config.Check(); err != nil {
+		return bootstrap.ID{}, status.Errorf(status.InvalidArgument, "%w", err)
+	}
+	return bootstrap.StartRoot()
+}
+
+// InitRank joins rank of nranks to the communicator named by id. It blocks
+// until all ranks have joined and connected, or GOCL_TIMEOUT passes.
+func InitRank(id bootstrap.ID, nranks, rank, device int) (*Comm, error) {
+	if err := config.Check(); err != nil {
+		return nil, status.Errorf(status.InvalidArgument, "%w", err)
+	}
+	if nranks <= 0 {
+		return nil, status.Errorf(status.InvalidArgument, "nranks is %d: a communicator needs at least one rank", nranks)
+	}
+	if rank < 0 || rank >= nranks {
+		return nil, status.Errorf(status.InvalidArgument, "rank is %d but nranks is %d: pass a rank in [0, %d]", rank, nranks, nranks-1)
+	}
+	if _, err := id.Root(); err != nil {
+		return nil, err
+	}
+	var deadline time.Time
+	if t := config.Timeout(); t > 0 {
+		deadline = time.Now().Add(t)
+	}
+	ifc, err := bootstrap.ChooseIface()
+	if err != nil {
+		return nil, err
+	}
+	ln, err := ifc.Listen()
+	if err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	me := bootstrap.PeerInfo{Rank: rank, NRanks: nranks, Addr: ln.Addr().String(), Host: hostID(),
+		Proc: processID, Pid: os.Getpid(), Device: device}
+	debuglog.Infof(debuglog.Init, rank, "gocl version %d.%d.%d, joining %d ranks at %s, using %s",
+		Version/10000, Version/100%100, Version%100, nranks, id.String(), ifc)
+	peers, err := bootstrap.Join(&id, me, deadline)
+	if err != nil {
+		return nil, err
+	}
+	c := &Comm{rank: rank, nranks: nranks, device: device, peers: peers, key: id.Key(),
+		plan: tune.FromConfig(), chunk: config.IntOr("BUFFSIZE", 1<<20),
+		links: make([]transport.Link, nranks), sendSeq: make([]uint64, nranks), recvSeq: make([]uint64, nranks),
+		redops: map[int32]preMulSum{}, nextOp: 5}
+	c.cond = sync.NewCond(&c.stateMu)
+	c.topology()
+	inprocOK := !config.Bool("P2P_DISABLE")
+	local := func(p int) bool { return inprocOK && peers[p].Proc == processID }
+	nsocks := config.IntOr("SOCKET_NTHREADS", 1) * config.IntOr("NSOCKS_PERTHREAD", 2)
+	nsocks = max(1, min(nsocks, 64))
+	conns, err := bootstrap.Mesh(rank, peers, ln, id.Secret(), nsocks, func(p int) bool { return !local(p) }, deadline)
+	if err != nil {
+		inproc.Forget(c.key)
+		return nil, err
+	}
+	for p := range peers {
+		switch {
+		case p == rank:
+		case local(p):
+			c.links[p] = inproc.Connect(c.key, rank, p)
+		default:
+			c.links[p] = socket.New(conns[p], rank, p)
+		}
+		if p != rank {
+			debuglog.Infof(debuglog.Init, rank, "channel to rank %d (pid %d, %s) via %s", p, peers[p].Pid, peers[p].Addr, c.links[p].Name())
+		}
+	}
+	debuglog.Infof(debuglog.Init, rank, "init done: rank %d/%d, node %d/%d, local rank %d/%d, chunk %d B, direct up to %d B (GOCL_ALGO=%q)",
+		rank, nranks, c.node, c.nnodes, c.localRank, c.localRanks, c.chunk, c.plan.DirectThreshold, c.plan.Force)
+	return c, nil
+}
+
+// topology derives node and local ranks from the host identities.
+func (c *Comm) topology() {
+	nodes := map[string]int{}
+	for _, p := range c.peers {
+		if _, ok := nodes[p.Host]; !ok {
+			nodes[p.Host] = len(nodes)
+		}
+	}
+	c.nnodes = len(nodes)
+	c.node = nodes[c.peers[c.rank].Host]
+	for r, p := range c.peers {
+		if p.Host == c.peers[c.rank].Host {
+			if r < c.rank {
+				c.localRank++
+			}
+			c.localRanks++
+		}
+	}
+}
+
+// InitAll creates ndev communicators of one clique inside this process.
+func InitAll(ndev int, devices []int) ([]*Comm, error) {
+	if ndev <= 0 {
+		return nil, status.Errorf(status.InvalidArgument, "ndev is %d: need at least one device", ndev)
+	}
+	id, err := NewUniqueID()
+	if err != nil {
+		return nil, err
+	}
+	comms := make([]*Comm, ndev)
+	errs := make([]error, ndev)
+	var wg sync.WaitGroup
+	for i := range comms {
+		dev := i
+		if devices != nil {
+			dev = devices[i]
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			comms[i], errs[i] = InitRank(id, ndev, i, dev)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			for _, c := range comms {
+				if c != nil {
+					c.Abort()
+				}
+			}
+			return nil, fmt.Errorf("rank %d of %d: %w", i, ndev, err)
+		}
+	}
+	return comms, nil
+}
+
+// Accessors.
+func (c *Comm) Rank() int       { return c.rank }
+func (c *Comm) NRanks() int     { return c.nranks }
+func (c *Comm) LocalRank() int  { return c.localRank }
+func (c *Comm) LocalRanks() int { return c.localRanks }
+func (c *Comm) Node() int       { return c.node }
+func (c *Comm) NNodes() int     { return c.nnodes }
+func (c *Comm) Device() int     { return c.device }
+
+// fail records the first fatal error and closes every link, which makes
+// blocked calls here and on the peers return instead of waiting.
+func (c *Comm) fail(err error) {
+	c.stateMu.Lock()
+	if c.broken == nil {
+		c.broken = err
+		debuglog.Warnf(debuglog.Init, c.rank, "communicator failed: %v", err)
+	}
+	c.stateMu.Unlock()
+	for _, l := range c.links {
+		if l != nil {
+			l.Close()
+		}
+	}
+}
+
+// AsyncError is the error that broke the communicator, if any.
+func (c *Comm) AsyncError() error {
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	return c.broken
+}
+
+// usable returns an error when the communicator can no longer be used.
+func (c *Comm) usable() error {
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	if c.freed {
+		return status.Errorf(status.InvalidUsage, "rank %d: the communicator was destroyed", c.rank)
+	}
+	if c.broken != nil {
+		return status.Errorf(status.CodeOf(c.broken),
+			"rank %d: the communicator is unusable after an earlier error (%v); abort it and create a new one", c.rank, c.broken)
+	}
+	return nil
+}
+
+// begin/end count operations queued on streams, so Destroy and synchronous
+// calls can wait for them.
+func (c *Comm) begin() {
+	c.stateMu.Lock()
+	c.inflight++
+	c.stateMu.Unlock()
+}
+
+func (c *Comm) end() {
+	c.stateMu.Lock()
+	c.inflight--
+	c.cond.Broadcast()
+	c.stateMu.Unlock()
+}
+
+func (c *Comm) waitQueued() {
+	c.stateMu.Lock()
+	for c.inflight > 0 {
+		c.cond.Wait()
+	}
+	c.stateMu.Unlock()
+}
+
+// Destroy waits for queued work, then closes the links and frees the comm.
+func (c *Comm) Destroy() error {
+	c.waitQueued()
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	c.release()
+	return nil
+}
+
+// Abort fails every operation in progress (from any goroutine), closes the
+// links so peers fail too, and frees the comm without waiting for peers.
+func (c *Comm) Abort() {
+	c.fail(status.Errorf(status.RemoteError, "rank %d: the communicator was aborted", c.rank))
+	c.waitQueued()
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	c.release()
+}
+
+func (c *Comm) release() {
+	c.stateMu.Lock()
+	c.freed = true
+	c.stateMu.Unlock()
+	for _, l := range c.links {
+		if l != nil {
+			l.Close()
+		}
+	}
+	inproc.Forget(c.key)
+}

@@ -1,0 +1,200 @@
+package comm
+
+import (
+	"sync"
+	"time"
+
+	"gocl/runtime/algo"
+	"gocl/runtime/config"
+	"gocl/runtime/debuglog"
+	"gocl/runtime/status"
+	"gocl/runtime/tune"
+	"gocl/runtime/wire"
+)
+
+// execute runs a batch of prepared ops (one call, or one comm's share of a
+// group): collectives in call order, then all point-to-point ops at once.
+// Any failure fails the communicator so that no peer keeps waiting.
+func (c *Comm) execute(ops []*Op) (err error) {
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	if err := c.usable(); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			c.fail(err)
+		}
+	}()
+	var deadline time.Time
+	if t := config.Timeout(); t > 0 {
+		deadline = time.Now().Add(t)
+	}
+	for _, l := range c.links {
+		if l != nil {
+			l.SetDeadline(deadline)
+		}
+	}
+	var p2p []*Op
+	for _, op := range ops {
+		if op.Coll == wire.SendRecv {
+			p2p = append(p2p, op)
+			continue
+		}
+		if err := c.collective(op); err != nil {
+			return err
+		}
+	}
+	return c.pointToPoint(p2p)
+}
+
+func (c *Comm) ctx(op *Op) *algo.Ctx {
+	return &algo.Ctx{
+		Rank: c.rank, N: c.nranks, Links: c.links, Red: op.red, Elem: op.Type.Size(), Chunk: c.chunk,
+		Hdr: wire.Header{Kind: wire.KindColl, Coll: op.Coll, Dtype: uint8(op.Type), Op: op.wireOp(),
+			Root: int32(op.Root), Seq: c.seq, Count: uint64(op.Count)},
+		Scratch: c.scratchBuf,
+		Fail:    c.fail,
+	}
+}
+
+// scratchBuf returns a buffer of n bytes, reused across calls up to 64 MiB.
+func (c *Comm) scratchBuf(n int) []byte {
+	if n > 64<<20 {
+		return make([]byte, n)
+	}
+	if cap(c.scratch) < n {
+		c.scratch = make([]byte, n)
+	}
+	return c.scratch[:n]
+}
+
+func (c *Comm) collective(op *Op) error {
+	x := c.ctx(op)
+	c.seq++
+	if op.Count == 0 {
+		return nil
+	}
+	sb, rb := c.sizes(op)
+	a := c.plan.Pick(op.Coll, max(sb, rb))
+	if debuglog.Enabled(debuglog.Trace, debuglog.Tuning) {
+		debuglog.Tracef(debuglog.Tuning, c.rank, "%s: %d bytes via %s", x.Hdr.Describe(), max(sb, rb), a)
+	}
+	ring := a == tune.Ring
+	var err error
+	switch op.Coll {
+	case wire.AllReduce:
+		err = pick(ring, algo.AllReduceRing, algo.AllReduceDirect)(x, op.send, op.recv, op.Count)
+	case wire.AllGather:
+		err = pick(ring, algo.AllGatherRing, algo.AllGatherDirect)(x, op.send, op.recv, op.Count)
+	case wire.ReduceScatter:
+		err = pick(ring, algo.ReduceScatterRing, algo.ReduceScatterDirect)(x, op.send, op.recv, op.Count)
+	case wire.Broadcast:
+		err = pick(ring, algo.BroadcastRing, algo.BroadcastDirect)(x, op.send, op.recv, op.Count, op.Root)
+	case wire.Reduce:
+		err = pick(ring, algo.ReduceRing, algo.ReduceDirect)(x, op.send, op.recv, op.Count, op.Root)
+	case wire.AlltoAll:
+		err = algo.AlltoAll(x, op.send, op.recv, op.Count)
+	case wire.Gather:
+		err = algo.Gather(x, op.send, op.recv, op.Count, op.Root)
+	case wire.Scatter:
+		err = algo.Scatter(x, op.send, op.recv, op.Count, op.Root)
+	default:
+		err = status.Errorf(status.InternalError, "rank %d: no algorithm for %s", c.rank, op.Coll)
+	}
+	return err
+}
+
+func pick[F any](ring bool, r, d F) F {
+	if ring {
+		return r
+	}
+	return d
+}
+
+// pointToPoint runs sends and receives together: one goroutine per peer and
+// direction keeps each pair's order while no pair waits on another, so a
+// grouped ring exchange cannot deadlock. Sends to self are matched with
+// receives from self in order.
+func (c *Comm) pointToPoint(ops []*Op) error {
+	if len(ops) == 0 {
+		return nil
+	}
+	type lane struct {
+		peer int
+		send bool
+	}
+	lanes := map[lane][]*Op{}
+	var order []lane
+	var selfSend, selfRecv []*Op
+	for _, op := range ops {
+		switch {
+		case op.Root == c.rank && op.IsSend:
+			selfSend = append(selfSend, op)
+		case op.Root == c.rank:
+			selfRecv = append(selfRecv, op)
+		default:
+			l := lane{op.Root, op.IsSend}
+			if _, ok := lanes[l]; !ok {
+				order = append(order, l)
+			}
+			lanes[l] = append(lanes[l], op)
+		}
+	}
+	if len(selfSend) != len(selfRecv) {
+		return status.Errorf(status.InvalidUsage,
+			"rank %d: %d sends to itself but %d receives from itself: put each self-send and its receive in the same group", c.rank, len(selfSend), len(selfRecv))
+	}
+	for i := range selfSend {
+		s, r := selfSend[i], selfRecv[i]
+		if s.Count != r.Count || s.Type != r.Type {
+			return status.Errorf(status.InvalidUsage, "rank %d: send to self of %d %s does not match the receive of %d %s",
+				c.rank, s.Count, s.Type, r.Count, r.Type)
+		}
+		copy(r.recv, s.send)
+	}
+	run := func(l lane) error {
+		for _, op := range lanes[l] {
+			if err := c.p2p(op); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if len(order) == 1 {
+		return run(order[0])
+	}
+	errs := make([]error, len(order))
+	var wg sync.WaitGroup
+	for i, l := range order {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if errs[i] = run(l); errs[i] != nil {
+				c.fail(errs[i]) // unblock the other lanes
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// p2p moves one send or receive. Each direction of each pair has its own
+// sequence number, so a count or type mismatch is caught by the header.
+func (c *Comm) p2p(op *Op) error {
+	peer := op.Root
+	h := wire.Header{Kind: wire.KindP2P, Coll: wire.SendRecv, Dtype: uint8(op.Type), Count: uint64(op.Count)}
+	if op.IsSend {
+		h.Seq = c.sendSeq[peer]
+		c.sendSeq[peer]++
+		return c.links[peer].Send(&h, op.send)
+	}
+	h.Seq = c.recvSeq[peer]
+	c.recvSeq[peer]++
+	return c.links[peer].RecvInto(&h, op.recv)
+}

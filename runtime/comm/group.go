@@ -1,0 +1,97 @@
+package comm
+
+import (
+	"sync"
+
+	"gocl/runtime/status"
+	"gocl/runtime/stream"
+)
+
+// Group collects calls made between goclGroupStart and goclGroupEnd (a call
+// outside a group is a group of one). Run executes them: each communicator's
+// share as one batch, different communicators in parallel, so one thread can
+// drive every rank of an InitAll clique.
+type Group struct {
+	batches []*batch
+}
+
+type batch struct {
+	comm   *Comm
+	stream *stream.Stream // nil: run before Run returns
+	ops    []*Op
+}
+
+// Add validates op now (so a bad argument is reported by the call that made
+// it) and records it for Run.
+func (g *Group) Add(c *Comm, s *stream.Stream, op Op) error {
+	if err := c.usable(); err != nil {
+		return err
+	}
+	if err := c.prepare(&op); err != nil {
+		return err
+	}
+	for _, b := range g.batches {
+		if b.comm == c {
+			if b.stream != s {
+				return status.Errorf(status.InvalidUsage,
+					"rank %d: calls on one communicator inside a group must use one stream", c.rank)
+			}
+			b.ops = append(b.ops, &op)
+			return nil
+		}
+	}
+	g.batches = append(g.batches, &batch{comm: c, stream: s, ops: []*Op{&op}})
+	return nil
+}
+
+// Empty reports whether nothing was recorded.
+func (g *Group) Empty() bool { return len(g.batches) == 0 }
+
+// Run executes the group. Batches with a stream are queued on it; the rest
+// run now, in parallel, and Run returns their first error.
+func (g *Group) Run() error {
+	var now []*batch
+	for _, b := range g.batches {
+		if b.stream == nil {
+			now = append(now, b)
+			continue
+		}
+		b.comm.begin()
+		b.stream.Enqueue(func() error {
+			defer b.comm.end()
+			return b.comm.execute(b.ops)
+		})
+	}
+	run := func(b *batch) error {
+		b.comm.waitQueued() // the NULL stream waits for the comm's queued work, as CUDA's legacy stream does
+		return b.comm.execute(b.ops)
+	}
+	if len(now) == 1 {
+		return run(now[0])
+	}
+	errs := make([]error, len(now))
+	var wg sync.WaitGroup
+	for i, b := range now {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = run(b)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Run executes a single call.
+func (c *Comm) Run(s *stream.Stream, op Op) error {
+	var g Group
+	if err := g.Add(c, s, op); err != nil {
+		return err
+	}
+	return g.Run()
+}

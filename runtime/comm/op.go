@@ -1,0 +1,131 @@
+package comm
+
+import (
+	"math"
+	"unsafe"
+
+	"gocl/kernels"
+	"gocl/runtime/status"
+	"gocl/runtime/wire"
+)
+
+// Op is one call as the user made it: buffers are raw pointers to memory the
+// caller owns (C memory, numpy or torch buffers), sized by the call's rules.
+type Op struct {
+	Coll       wire.Coll
+	Send, Recv unsafe.Pointer
+	Count      int
+	Type       kernels.DataType
+	RedOp      int32 // a kernels.RedOp, or a handle from CreatePreMulSum
+	Root       int   // root for rooted collectives, peer for send/recv
+	IsSend     bool  // send/recv: which side
+
+	// Filled by prepare.
+	send, recv []byte
+	red        *kernels.Reducer
+}
+
+// maxBytes bounds one buffer: larger counts are overflow or garbage.
+const maxBytes = 1 << 46
+
+// sizes returns the bytes of the send and recv buffers of op on this comm.
+func (c *Comm) sizes(op *Op) (send, recv int) {
+	b := op.Count * op.Type.Size()
+	n := c.nranks
+	switch op.Coll {
+	case wire.AllReduce, wire.Broadcast, wire.Reduce:
+		return b, b
+	case wire.AllGather:
+		return b, n * b
+	case wire.ReduceScatter:
+		return n * b, b
+	case wire.AlltoAll:
+		return n * b, n * b
+	case wire.Gather:
+		return b, n * b
+	case wire.Scatter:
+		return n * b, b
+	case wire.SendRecv:
+		if op.IsSend {
+			return b, 0
+		}
+		return 0, b
+	}
+	return 0, 0
+}
+
+func (op *Op) name() string {
+	if op.Coll == wire.SendRecv {
+		if op.IsSend {
+			return "send"
+		}
+		return "recv"
+	}
+	return op.Coll.String()
+}
+
+// prepare validates op and builds its buffers and reducer. Every message
+// names the argument, the rank and what to pass instead.
+func (c *Comm) prepare(op *Op) error {
+	bad := func(format string, args ...any) error {
+		return status.Errorf(status.InvalidArgument, "%s on rank %d: "+format, append([]any{op.name(), c.rank}, args...)...)
+	}
+	if !op.Type.Valid() {
+		return bad("datatype %d is not a gocl datatype (use goclInt8 ... goclBfloat16, 0..9)", int(op.Type))
+	}
+	if op.Count < 0 || uint64(op.Count) > maxBytes/uint64(op.Type.Size())/uint64(c.nranks) {
+		return bad("count %d overflows (count × %d bytes × %d ranks must stay below 2^46 bytes)", uint64(op.Count), op.Type.Size(), c.nranks)
+	}
+	switch op.Coll {
+	case wire.Broadcast, wire.Reduce, wire.Gather, wire.Scatter:
+		if op.Root < 0 || op.Root >= c.nranks {
+			return bad("root %d is out of range: pass a rank in [0, %d]", op.Root, c.nranks-1)
+		}
+	case wire.SendRecv:
+		if op.Root < 0 || op.Root >= c.nranks {
+			return bad("peer %d is out of range: pass a rank in [0, %d]", op.Root, c.nranks-1)
+		}
+	}
+	sb, rb := c.sizes(op)
+	// Which buffers this rank reads and writes (root-only buffers elsewhere
+	// may be NULL, as in NCCL).
+	needSend, needRecv := sb > 0, rb > 0
+	switch op.Coll {
+	case wire.Broadcast, wire.Scatter:
+		needSend = needSend && c.rank == op.Root
+	case wire.Reduce, wire.Gather:
+		needRecv = needRecv && c.rank == op.Root
+	}
+	if needSend && op.Send == nil {
+		return bad("sendbuff is NULL but count is %d", op.Count)
+	}
+	if needRecv && op.Recv == nil {
+		return bad("recvbuff is NULL but count is %d", op.Count)
+	}
+	if needSend {
+		op.send = unsafe.Slice((*byte)(op.Send), sb)
+	}
+	if needRecv {
+		op.recv = unsafe.Slice((*byte)(op.Recv), rb)
+	}
+	if op.Coll == wire.AlltoAll && op.Count > 0 && op.Send == op.Recv {
+		return bad("sendbuff and recvbuff are the same buffer: alltoall cannot run in place, pass a separate recvbuff")
+	}
+	switch op.Coll {
+	case wire.AllReduce, wire.Reduce, wire.ReduceScatter:
+		red, err := c.reducer(op.Type, op.RedOp)
+		if err != nil {
+			return bad("%v", err)
+		}
+		op.red = red
+	}
+	return nil
+}
+
+// wireOp is the op byte in frame headers (custom ops are all PreMulSum).
+func (op *Op) wireOp() uint8 {
+	if op.red != nil {
+		return uint8(min(int(op.red.Op()), math.MaxUint8))
+	}
+	return 0
+}

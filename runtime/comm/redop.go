@@ -1,0 +1,58 @@
+package comm
+
+import (
+	"fmt"
+	"gocl/kernels"
+	"gocl/runtime/status"
+)
+
+// preMulSum is a custom op made by CreatePreMulSum.
+type preMulSum struct {
+	dtype  kernels.DataType
+	scalar []byte
+}
+
+// CreatePreMulSum registers an op that scales inputs by scalar (one element
+// of dtype) before summing; the handle is valid on this comm only.
+func (c *Comm) CreatePreMulSum(dtype kernels.DataType, scalar []byte) (int32, error) {
+	if !dtype.Valid() {
+		return 0, status.Errorf(status.InvalidArgument, "premulsum on rank %d: datatype %d is not a gocl datatype", c.rank, int(dtype))
+	}
+	if _, err := kernels.NewReducer(dtype, kernels.PreMulSum, c.nranks, scalar); err != nil {
+		return 0, status.Errorf(status.InvalidArgument, "premulsum on rank %d: %v", c.rank, err)
+	}
+	c.redMu.Lock()
+	defer c.redMu.Unlock()
+	h := c.nextOp
+	c.nextOp++
+	c.redops[h] = preMulSum{dtype, append([]byte(nil), scalar...)}
+	return h, nil
+}
+
+// DestroyRedOp frees a custom op.
+func (c *Comm) DestroyRedOp(h int32) error {
+	c.redMu.Lock()
+	defer c.redMu.Unlock()
+	if _, ok := c.redops[h]; !ok {
+		return status.Errorf(status.InvalidArgument, "rank %d: op %d is not a custom op of this communicator (builtin ops need no destroy)", c.rank, h)
+	}
+	delete(c.redops, h)
+	return nil
+}
+
+// reducer builds the reducer for a builtin op or a custom op handle.
+func (c *Comm) reducer(t kernels.DataType, h int32) (*kernels.Reducer, error) {
+	if h >= 0 && h < int32(kernels.NumOps) {
+		return kernels.NewReducer(t, kernels.RedOp(h), c.nranks, nil)
+	}
+	c.redMu.Lock()
+	p, ok := c.redops[h]
+	c.redMu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("op %d is neither a builtin op (sum, prod, max, min, avg: 0..4) nor a live goclRedOpCreatePreMulSum handle of this communicator", h)
+	}
+	if p.dtype != t {
+		return nil, fmt.Errorf("op %d was created for %s but the call uses %s: create the premulsum op with the call's datatype", h, p.dtype, t)
+	}
+	return kernels.NewReducer(t, kernels.PreMulSum, c.nranks, p.scalar)
+}

@@ -1,0 +1,225 @@
+package comm
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"gocl/kernels"
+	"gocl/runtime/config"
+)
+
+// setEnv sets GOCL_* variables for one test and makes config re-read them.
+func setEnv(t *testing.T, kv ...string) {
+	t.Helper()
+	for i := 0; i < len(kv); i += 2 {
+		t.Setenv(kv[i], kv[i+1])
+	}
+	config.Reset()
+	t.Cleanup(config.Reset)
+}
+
+// clique makes n in-process ranks and runs body on each concurrently,
+// failing the test with every rank's error.
+func clique(t *testing.T, n int, body func(c *Comm) error) {
+	t.Helper()
+	comms, err := InitAll(n, nil)
+	if err != nil {
+		t.Fatalf("InitAll(%d): %v", n, err)
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = body(c)
+		}()
+	}
+	wg.Wait()
+	for _, c := range comms {
+		c.Destroy()
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", i, err)
+		}
+	}
+}
+
+func ptr(b []byte) unsafe.Pointer {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Pointer(&b[0])
+}
+
+// Typed values for references: inputs are small integers, so sums are exact
+// in every type and only avg rounds.
+
+func encode(t kernels.DataType, b []byte, v float64) {
+	switch t {
+	case kernels.Int8:
+		b[0] = byte(int8(int64(v)))
+	case kernels.Uint8:
+		b[0] = byte(uint8(int64(v)))
+	case kernels.Int32, kernels.Uint32:
+		binary.LittleEndian.PutUint32(b, uint32(int64(v)))
+	case kernels.Int64, kernels.Uint64:
+		binary.LittleEndian.PutUint64(b, uint64(int64(v)))
+	case kernels.Float16:
+		binary.LittleEndian.PutUint16(b, kernels.F32ToF16(float32(v)))
+	case kernels.Bfloat16:
+		binary.LittleEndian.PutUint16(b, kernels.F32ToBF16(float32(v)))
+	case kernels.Float32:
+		binary.LittleEndian.PutUint32(b, math.Float32bits(float32(v)))
+	case kernels.Float64:
+		binary.LittleEndian.PutUint64(b, math.Float64bits(v))
+	}
+}
+
+func decode(t kernels.DataType, b []byte) float64 {
+	switch t {
+	case kernels.Int8:
+		return float64(int8(b[0]))
+	case kernels.Uint8:
+		return float64(b[0])
+	case kernels.Int32:
+		return float64(int32(binary.LittleEndian.Uint32(b)))
+	case kernels.Uint32:
+		return float64(binary.LittleEndian.Uint32(b))
+	case kernels.Int64:
+		return float64(int64(binary.LittleEndian.Uint64(b)))
+	case kernels.Uint64:
+		return float64(binary.LittleEndian.Uint64(b))
+	case kernels.Float16:
+		return float64(kernels.F16ToF32(binary.LittleEndian.Uint16(b)))
+	case kernels.Bfloat16:
+		return float64(kernels.BF16ToF32(binary.LittleEndian.Uint16(b)))
+	case kernels.Float32:
+		return float64(math.Float32frombits(binary.LittleEndian.Uint32(b)))
+	}
+	return math.Float64frombits(binary.LittleEndian.Uint64(b))
+}
+
+// input is rank r's element i for a call with op.
+func input(t kernels.DataType, op kernels.RedOp, r, i int) float64 {
+	if op == kernels.Prod { // |product| <= 2^8: exact in every type, wraps int8 the same way
+		v := [...]float64{1, 2, 1, -1, 1}[(r+i)%5]
+		if !signed(t) {
+			v = math.Abs(v)
+		}
+		return v
+	}
+	v := float64((r*7+i*3)%11 - 5)
+	if !signed(t) {
+		v += 5
+	}
+	return v
+}
+
+func signed(t kernels.DataType) bool {
+	return t != kernels.Uint8 && t != kernels.Uint32 && t != kernels.Uint64
+}
+
+// reference reduces every rank's element i the way the op defines it.
+func reference(t kernels.DataType, op kernels.RedOp, scalar float64, n, i int) float64 {
+	acc := 0.0
+	for r := 0; r < n; r++ {
+		v := input(t, op, r, i)
+		switch {
+		case r == 0 && op != kernels.PreMulSum:
+			acc = v
+		case op == kernels.Sum || op == kernels.Avg:
+			acc += v
+		case op == kernels.Prod:
+			acc *= v
+		case op == kernels.Max:
+			acc = math.Max(acc, v)
+		case op == kernels.Min:
+			acc = math.Min(acc, v)
+		case op == kernels.PreMulSum:
+			acc += scalar * v
+		}
+	}
+	if op == kernels.Avg {
+		if t.IsFloat() {
+			return acc / float64(n)
+		}
+		return float64(int64(acc) / int64(n))
+	}
+	// Integers wrap: round-trip through the type.
+	var b [8]byte
+	encode(t, b[:], acc)
+	return decode(t, b[:])
+}
+
+func fill(t kernels.DataType, op kernels.RedOp, r, count int) []byte {
+	b := make([]byte, count*t.Size())
+	for i := 0; i < count; i++ {
+		encode(t, b[i*t.Size():], input(t, op, r, i))
+	}
+	return b
+}
+
+func near(t kernels.DataType, got, want float64) bool {
+	if !t.IsFloat() {
+		return got == want
+	}
+	tol := 1e-12
+	switch t {
+	case kernels.Float16, kernels.Bfloat16:
+		tol = 1e-2
+	case kernels.Float32:
+		tol = 1e-6
+	}
+	return math.Abs(got-want) <= tol*math.Max(1, math.Abs(want))
+}
+
+// checker collects mismatches of one call with context.
+type checker struct {
+	errs []string
+}
+
+func (k *checker) expect(what string, t kernels.DataType, buf []byte, idx int, want float64) bool {
+	got := decode(t, buf[idx*t.Size():])
+	if !near(t, got, want) {
+		if len(k.errs) < 20 {
+			k.errs = append(k.errs, fmt.Sprintf("%s: element %d = %v, want %v", what, idx, got, want))
+		}
+		return false
+	}
+	return true
+}
+
+func (k *checker) err() error {
+	if len(k.errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d mismatches:\n  %s", len(k.errs), strings.Join(k.errs, "\n  "))
+}
+
+var allTypes = []kernels.DataType{kernels.Int8, kernels.Uint8, kernels.Int32, kernels.Uint32, kernels.Int64,
+	kernels.Uint64, kernels.Float16, kernels.Float32, kernels.Float64, kernels.Bfloat16}
+
+var allOps = []kernels.RedOp{kernels.Sum, kernels.Prod, kernels.Max, kernels.Min, kernels.Avg, kernels.PreMulSum}
+
+// redOp turns a kernels op into a call's op, creating a PreMulSum by 2.
+func redOp(c *Comm, t kernels.DataType, op kernels.RedOp) (int32, func(), error) {
+	if op != kernels.PreMulSum {
+		return int32(op), func() {}, nil
+	}
+	s := make([]byte, 8)
+	encode(t, s, 2)
+	h, err := c.CreatePreMulSum(t, s[:t.Size()])
+	return h, func() { c.DestroyRedOp(h) }, err
+}
+
+func configReset(tb testing.TB) {
+	config.Reset()
+	tb.Cleanup(config.Reset)
+}

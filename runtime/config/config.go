@@ -1,0 +1,157 @@
+// Package config is gocl's one table of environment variables. Each GOCL_X
+// falls back to NCCL_X (so an existing NCCL environment keeps working), then
+// to the default. Values are read once, on first use, and never change after.
+package config
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Var documents one setting. The README's table is generated from Table().
+type Var struct {
+	Name    string // without the GOCL_/NCCL_ prefix
+	Default string
+	Doc     string
+}
+
+var table = []Var{
+	{"DEBUG", "", "log level: VERSION, WARN, INFO or TRACE (unset: only errors returned to the caller)"},
+	{"DEBUG_SUBSYS", "INIT,BOOTSTRAP,ENV", "comma list of INIT, BOOTSTRAP, ENV, NET, P2P, COLL, TUNING, CALL, ALL; ^ negates the list"},
+	{"DEBUG_FILE", "", "log to this file instead of stderr; %h is the host name, %p the pid"},
+	{"SOCKET_IFNAME", "", "interface prefixes to use (a,b), ^ to exclude, = for an exact name; default: first non-loopback interface that is up, else lo"},
+	{"SOCKET_FAMILY", "", "AF_INET or AF_INET6 to force an address family"},
+	{"SOCKET_NTHREADS", "1", "sending threads per connection (socket transport); with NSOCKS_PERTHREAD sets the sockets per peer"},
+	{"NSOCKS_PERTHREAD", "2", "sockets per thread; a message of 256 KiB or more is striped over all sockets of a peer"},
+	{"P2P_DISABLE", "0", "1: ranks of one process talk over sockets instead of reading each other's memory"},
+	{"SHM_DISABLE", "0", "1: no shared-memory transport between processes of one host (reserved: sockets are the only inter-process transport today)"},
+	{"IB_DISABLE", "1", "accepted for NCCL compatibility; gocl has no InfiniBand transport"},
+	{"BUFFSIZE", "1048576", "bytes per pipelined chunk of ring algorithms"},
+	{"ALGO", "", "force an algorithm: ring or direct (default: tuned by size)"},
+	{"PROTO", "", "accepted for NCCL compatibility; gocl has one protocol (Simple) today"},
+	{"MIN_NCHANNELS", "1", "accepted for NCCL compatibility; one channel per peer today"},
+	{"MAX_NCHANNELS", "1", "accepted for NCCL compatibility; one channel per peer today"},
+	{"TIMEOUT", "600", "seconds an init or an operation may wait on a peer before failing with goclTimeout"},
+	{"DIRECT_THRESHOLD", "65536", "allreduce/allgather/broadcast/reduce up to this many bytes use the direct algorithm"},
+}
+
+// Table lists every setting with its default and meaning.
+func Table() []Var { return append([]Var(nil), table...) }
+
+var (
+	mu     sync.Mutex
+	values map[string]string
+)
+
+func lookup(name string) string {
+	mu.Lock()
+	defer mu.Unlock()
+	if values == nil {
+		values = map[string]string{}
+	}
+	if v, ok := values[name]; ok {
+		return v
+	}
+	v, _ := Source(name)
+	values[name] = v
+	return v
+}
+
+// Source returns the value of setting name and the variable it came from
+// ("GOCL_X", "NCCL_X" or "default").
+func Source(name string) (string, string) {
+	if v, ok := os.LookupEnv("GOCL_" + name); ok {
+		return v, "GOCL_" + name
+	}
+	if v, ok := os.LookupEnv("NCCL_" + name); ok {
+		return v, "NCCL_" + name
+	}
+	for _, t := range table {
+		if t.Name == name {
+			return t.Default, "default"
+		}
+	}
+	panic("config: unknown setting " + name) // a programming error, caught in tests
+}
+
+// String returns the setting's value.
+func String(name string) string { return lookup(name) }
+
+// Int returns the setting as an integer; a malformed value is an error that
+// names the variable.
+func Int(name string) (int, error) {
+	v := strings.TrimSpace(lookup(name))
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("GOCL_%s=%q is not an integer", name, v)
+	}
+	return n, nil
+}
+
+// IntOr is Int with a fallback for malformed values (which are logged by the
+// caller's init via Check).
+func IntOr(name string, def int) int {
+	n, err := Int(name)
+	if err != nil {
+		return def
+	}
+	return n
+}
+
+// Bool is true for 1/true/yes/on.
+func Bool(name string) bool {
+	switch strings.ToLower(strings.TrimSpace(lookup(name))) {
+	case "1", "true", "yes", "on":
+		return true
+	}
+	return false
+}
+
+// Timeout is GOCL_TIMEOUT as a duration; 0 or negative means no deadline.
+func Timeout() time.Duration {
+	s := strings.TrimSpace(lookup("TIMEOUT"))
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		f = 600
+	}
+	if f <= 0 {
+		return 0
+	}
+	return time.Duration(f * float64(time.Second))
+}
+
+// Check validates the numeric settings so a typo fails init with a clear
+// message instead of silently using a default.
+func Check() error {
+	for _, name := range []string{"SOCKET_NTHREADS", "NSOCKS_PERTHREAD", "BUFFSIZE", "DIRECT_THRESHOLD"} {
+		n, err := Int(name)
+		if err != nil {
+			return err
+		}
+		if n < 0 || (name != "DIRECT_THRESHOLD" && n == 0) {
+			return fmt.Errorf("GOCL_%s=%d is out of range", name, n)
+		}
+	}
+	if s := strings.TrimSpace(lookup("TIMEOUT")); s != "" {
+		if _, err := strconv.ParseFloat(s, 64); err != nil {
+			return fmt.Errorf("GOCL_TIMEOUT=%q is not a number of seconds", s)
+		}
+	}
+	switch strings.ToLower(lookup("ALGO")) {
+	case "", "ring", "direct":
+	default:
+		return fmt.Errorf("GOCL_ALGO=%q: use ring or direct (or leave it unset)", lookup("ALGO"))
+	}
+	return nil
+}
+
+// Reset forgets the values read so far; tests use it after os.Setenv.
+func Reset() {
+	mu.Lock()
+	values = nil
+	mu.Unlock()
+}

@@ -1,0 +1,72 @@
+// Package status carries gocl's result codes (NCCL's values) through Go
+// errors, so the C boundary can map any error to the right code and keep the
+// sentence for goclGetLastError.
+package status
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code is a goclResult_t.
+type Code int
+
+const (
+	Success            Code = 0
+	UnhandledCudaError Code = 1
+	SystemError        Code = 2
+	InternalError      Code = 3
+	InvalidArgument    Code = 4
+	InvalidUsage       Code = 5
+	RemoteError        Code = 6
+	InProgress         Code = 7
+	Timeout            Code = 8
+	NumCodes           Code = 9
+)
+
+var names = [...]string{
+	"no error",
+	"unhandled cuda error",
+	"unhandled system error (network, memory or OS call failed)",
+	"internal error - please report this issue to the gocl developers",
+	"invalid argument",
+	"invalid usage",
+	"remote process exited or there was a network error",
+	"operation in progress",
+	"operation timed out (GOCL_TIMEOUT)",
+}
+
+// String is the static text goclGetErrorString returns.
+func (c Code) String() string {
+	if c >= 0 && c < NumCodes {
+		return names[c]
+	}
+	return "unknown result code"
+}
+
+// Error is an error with a result code.
+type Error struct {
+	Code Code
+	Err  error
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf makes an error with code; %w wrapping is kept.
+func Errorf(code Code, format string, args ...any) error {
+	return &Error{Code: code, Err: fmt.Errorf(format, args...)}
+}
+
+// CodeOf finds the outermost code in err's chain; errors without one are
+// internal errors (a bug: every failure path should say what kind it is).
+func CodeOf(err error) Code {
+	if err == nil {
+		return Success
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return InternalError
+}

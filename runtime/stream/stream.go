@@ -1,0 +1,138 @@
+// Package stream gives gocl CUDA-like CPU streams: a Stream is an ordered
+// queue with its own worker goroutine, so work on one stream runs in order
+// and different streams run concurrently. An Event marks a point in a stream.
+package stream
+
+import "sync"
+
+// Stream runs queued tasks one after the other.
+type Stream struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	tasks   []func() error
+	pending int   // queued + running
+	err     error // first error since the last Synchronize
+	closed  bool
+	done    uint64 // tasks finished, for events
+	queued  uint64 // tasks enqueued, for events
+}
+
+// New starts a stream's worker.
+func New() *Stream {
+	s := &Stream{}
+	s.cond = sync.NewCond(&s.mu)
+	go s.work()
+	return s
+}
+
+func (s *Stream) work() {
+	s.mu.Lock()
+	for {
+		for len(s.tasks) == 0 && !s.closed {
+			s.cond.Wait()
+		}
+		if len(s.tasks) == 0 {
+			s.mu.Unlock()
+			return
+		}
+		t := s.tasks[0]
+		s.tasks[0] = nil
+		s.tasks = s.tasks[1:]
+		s.mu.Unlock()
+		err := t()
+		s.mu.Lock()
+		if err != nil && s.err == nil {
+			s.err = err
+		}
+		s.pending--
+		s.done++
+		s.cond.Broadcast()
+	}
+}
+
+// Enqueue appends a task; it runs after everything queued before it.
+func (s *Stream) Enqueue(t func() error) {
+	s.mu.Lock()
+	s.tasks = append(s.tasks, t)
+	s.pending++
+	s.queued++
+	s.cond.Broadcast()
+	s.mu.Unlock()
+}
+
+// Synchronize waits until the queue is empty and returns (and clears) the
+// first error of the tasks that ran since the last Synchronize.
+func (s *Stream) Synchronize() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.pending > 0 {
+		s.cond.Wait()
+	}
+	err := s.err
+	s.err = nil
+	return err
+}
+
+// Query reports whether work is pending, and the first error so far.
+func (s *Stream) Query() (busy bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pending > 0, s.err
+}
+
+// Close waits for queued work, then stops the worker.
+func (s *Stream) Close() error {
+	err := s.Synchronize()
+	s.mu.Lock()
+	s.closed = true
+	s.cond.Broadcast()
+	s.mu.Unlock()
+	return err
+}
+
+// Event marks the end of a stream's queue at the time of Record.
+type Event struct {
+	mu     sync.Mutex
+	s      *Stream
+	target uint64
+}
+
+// Record marks everything queued on s so far.
+func (e *Event) Record(s *Stream) {
+	s.mu.Lock()
+	target := s.queued
+	s.mu.Unlock()
+	e.mu.Lock()
+	e.s, e.target = s, target
+	e.mu.Unlock()
+}
+
+func (e *Event) mark() (*Stream, uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.s, e.target
+}
+
+// Done reports whether the marked work has finished (true if never recorded).
+func (e *Event) Done() bool {
+	s, target := e.mark()
+	if s == nil {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.done >= target
+}
+
+// Wait blocks until the marked work has finished.
+func (e *Event) Wait() {
+	s, target := e.mark()
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	for s.done < target {
+		s.cond.Wait()
+	}
+	s.mu.Unlock()
+}

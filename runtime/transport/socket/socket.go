@@ -1,0 +1,189 @@
+// Package socket is the TCP transport: one or more connections per peer pair
+// (GOCL_SOCKET_NTHREADS × GOCL_NSOCKS_PERTHREAD); large messages are striped
+// over all of them so several streams carry one message in parallel.
+package socket
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"gocl/runtime/transport"
+	"gocl/runtime/wire"
+)
+
+// StripeMin is the smallest payload split over several connections; below it
+// the extra frames and goroutines cost more than they gain.
+const StripeMin = 256 << 10
+
+type link struct {
+	conns      []net.Conn
+	self, peer int
+	hdr        [][wire.HeaderSize]byte // per connection, for the receiver
+	sendHdr    [][wire.HeaderSize]byte // per connection, for the sender
+	scratch    []byte                  // RecvWith's buffer
+	deadline   time.Time
+	closeOnce  sync.Once
+	closed     chan struct{}
+}
+
+// New wraps established, authenticated connections to peer (the same count
+// and order on both sides) into a Link.
+func New(conns []net.Conn, self, peer int) transport.Link {
+	return &link{
+		conns: conns, self: self, peer: peer,
+		hdr:     make([][wire.HeaderSize]byte, len(conns)),
+		sendHdr: make([][wire.HeaderSize]byte, len(conns)),
+		closed:  make(chan struct{}),
+	}
+}
+
+func (l *link) Name() string { return "socket" }
+
+func (l *link) SetDeadline(t time.Time) {
+	if t.Equal(l.deadline) {
+		return
+	}
+	l.deadline = t
+	for _, c := range l.conns {
+		c.SetDeadline(t)
+	}
+}
+
+func (l *link) Close() error {
+	l.closeOnce.Do(func() {
+		close(l.closed)
+		for _, c := range l.conns {
+			c.Close()
+		}
+	})
+	return nil
+}
+
+// parts splits n bytes over the connections; both sides compute the same.
+func (l *link) parts(n int) int {
+	if n < StripeMin || len(l.conns) == 1 {
+		return 1
+	}
+	return len(l.conns)
+}
+
+func span(n, parts, i int) (int, int) {
+	per := (n + parts - 1) / parts
+	lo := min(i*per, n)
+	return lo, min(lo+per, n)
+}
+
+// each runs f for every part, part 0 on the calling goroutine.
+func each(parts int, f func(i int) error) error {
+	if parts == 1 {
+		return f(0)
+	}
+	errs := make([]error, parts)
+	var wg sync.WaitGroup
+	for i := 1; i < parts; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(i)
+		}()
+	}
+	errs[0] = f(0)
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (l *link) Send(h *wire.Header, data []byte) error {
+	parts := l.parts(len(data))
+	err := each(parts, func(i int) error {
+		lo, hi := span(len(data), parts, i)
+		ph := *h
+		ph.Len = uint64(hi - lo)
+		ph.Encode(l.sendHdr[i][:])
+		bufs := net.Buffers{l.sendHdr[i][:], data[lo:hi]}
+		if _, err := bufs.WriteTo(l.conns[i]); err != nil {
+			return l.wrap(err, "sending "+h.Describe())
+		}
+		return nil
+	})
+	h.Len = uint64(len(data))
+	return first(err)
+}
+
+func (l *link) RecvInto(want *wire.Header, dst []byte) error {
+	want.Len = uint64(len(dst))
+	parts := l.parts(len(dst))
+	return first(each(parts, func(i int) error {
+		lo, hi := span(len(dst), parts, i)
+		return l.recvPart(i, want, dst[lo:hi])
+	}))
+}
+
+func (l *link) RecvWith(want *wire.Header, use func([]byte)) error {
+	n := int(want.Len)
+	if cap(l.scratch) < n {
+		l.scratch = make([]byte, n)
+	}
+	buf := l.scratch[:n]
+	if err := l.RecvInto(want, buf); err != nil {
+		return err
+	}
+	use(buf)
+	return nil
+}
+
+// recvPart reads one frame from connection i into dst.
+func (l *link) recvPart(i int, want *wire.Header, dst []byte) error {
+	c := l.conns[i]
+	if _, err := io.ReadFull(c, l.hdr[i][:]); err != nil {
+		return l.wrap(err, "waiting for "+want.Describe())
+	}
+	got, err := wire.Decode(l.hdr[i][:])
+	if err != nil {
+		l.Close() // the stream is out of sync; nothing after this can be trusted
+		return transport.PeerClosed(l.self, l.peer, err.Error())
+	}
+	pw := *want
+	pw.Len = uint64(len(dst))
+	if err := transport.CheckFrame(&pw, &got, l.self, l.peer); err != nil {
+		return err
+	}
+	if _, err := io.ReadFull(c, dst); err != nil {
+		return l.wrap(err, "receiving "+want.Describe())
+	}
+	return nil
+}
+
+// wrap turns a socket error into the transport's vocabulary.
+func (l *link) wrap(err error, what string) error {
+	select {
+	case <-l.closed:
+		return transport.Aborted(l.self, l.peer)
+	default:
+	}
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return transport.TimedOut(l.self, l.peer, what)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return transport.PeerClosed(l.self, l.peer, "connection closed by peer")
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return transport.PeerClosed(l.self, l.peer, "connection reset")
+	}
+	return transport.PeerClosed(l.self, l.peer, err.Error())
+}
+
+// first keeps the first error of a join: the others are usually echoes.
+func first(err error) error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if e != nil {
+				return e
+			}
+		}
+	}
+	return err
+}

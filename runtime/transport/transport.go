@@ -1,0 +1,63 @@
+// Package transport defines the Link, the one interface every transport
+// (inproc today; socket between processes; shared memory and CUDA IPC later)
+// implements, and the errors they share.
+package transport
+
+import (
+	"time"
+
+	"gocl/runtime/status"
+	"gocl/runtime/wire"
+)
+
+// Link is one rank's ordered, reliable message pipe to one peer, both ways.
+// Frames arrive in the order they were sent. At most one goroutine sends and
+// one goroutine receives on a Link at a time (the algorithms guarantee it).
+type Link interface {
+	// Send writes one frame: h (h.Len is set to len(data)) then data. It
+	// returns once data may be reused.
+	Send(h *wire.Header, data []byte) error
+	// RecvInto reads the next frame, checks it against want (want.Len is set
+	// to len(dst)) and stores its payload in dst.
+	RecvInto(want *wire.Header, dst []byte) error
+	// RecvWith reads the next frame of want.Len bytes like RecvInto and passes
+	// the payload to use; the slice is only valid during the call, which lets
+	// a reduction read the bytes where they already are.
+	RecvWith(want *wire.Header, use func(payload []byte)) error
+	// SetDeadline bounds every later Send and Recv; the zero time means none.
+	SetDeadline(t time.Time)
+	// Close fails blocked and later calls on this end and makes the peer's
+	// calls fail with a "peer closed" error.
+	Close() error
+	// Name says which transport this is, for logs ("socket", "inproc").
+	Name() string
+}
+
+// PeerClosed is the error for a peer that went away.
+func PeerClosed(self, peer int, detail string) error {
+	return status.Errorf(status.RemoteError,
+		"rank %d: connection to rank %d lost (%s): rank %d exited, crashed, aborted its communicator or failed an earlier operation",
+		self, peer, detail, peer)
+}
+
+// TimedOut is the error for a wait that passed its deadline.
+func TimedOut(self, peer int, what string) error {
+	return status.Errorf(status.Timeout,
+		"rank %d: no progress from rank %d within GOCL_TIMEOUT while %s: rank %d is stuck, too slow, or not making the same call (raise GOCL_TIMEOUT if it is only slow)",
+		self, peer, what, peer)
+}
+
+// Aborted is the error for calls on a link closed by its own side.
+func Aborted(self, peer int) error {
+	return status.Errorf(status.RemoteError,
+		"rank %d: the communicator was aborted (or failed) while talking to rank %d", self, peer)
+}
+
+// CheckFrame validates a received header against the expected one and wraps
+// a disagreement as a remote error.
+func CheckFrame(want, got *wire.Header, self, peer int) error {
+	if err := wire.Match(want, got, self, peer); err != nil {
+		return status.Errorf(status.RemoteError, "%w", err)
+	}
+	return nil
+}
