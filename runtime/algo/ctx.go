@@ -6,6 +6,7 @@ package algo
 
 import (
 	"gocl/kernels"
+	"gocl/runtime/status"
 	"gocl/runtime/transport"
 	"gocl/runtime/wire"
 )
@@ -72,12 +73,13 @@ func (c *Ctx) newSender(frames int) *sender {
 
 func (s *sender) loop() {
 	var err error
+	defer func() { s.done <- err }()
+	defer status.Catch(&err)
 	for r := range s.q {
 		if err == nil {
 			err = s.c.Links[r.peer].Send(s.c.hdr(r.step), r.data)
 		}
 	}
-	s.done <- err
 }
 
 func (s *sender) send(peer, step int, data []byte) { s.q <- sendReq{peer, step, data} }

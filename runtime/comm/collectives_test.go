@@ -219,13 +219,17 @@ func checkMovement(c *Comm, k *checker, t kernels.DataType, count, root int, inP
 // once per algorithm, with a small chunk so pipelining is exercised.
 func TestCollectivesInProcess(t *testing.T) {
 	const chunk = 4096
+	ranks, types := []int{1, 2, 3, 4, 5, 6, 7, 8}, allTypes
+	if testing.Short() { // the -race run: every code path, fewer repetitions
+		ranks, types = []int{1, 2, 3, 5}, []kernels.DataType{kernels.Int8, kernels.Uint32, kernels.Float16, kernels.Float64}
+	}
 	for _, algo := range []string{"ring", "direct"} {
-		for n := 1; n <= 8; n++ {
+		for _, n := range ranks {
 			t.Run(fmt.Sprintf("%s/n=%d", algo, n), func(t *testing.T) {
 				setEnv(t, "GOCL_ALGO", algo, "GOCL_BUFFSIZE", fmt.Sprint(chunk))
 				sizes := []int{0, 1, 7, 1023}
 				clique(t, n, func(c *Comm) error {
-					if err := matrix(c, allTypes, sizes); err != nil {
+					if err := matrix(c, types, sizes); err != nil {
 						return err
 					}
 					// chunk ± 1 and several chunks, in elements of float32 and bf16
@@ -241,7 +245,11 @@ func TestCollectivesInProcess(t *testing.T) {
 // process (GOCL_P2P_DISABLE=1), with several sockets per peer so striping
 // is exercised.
 func TestCollectivesSockets(t *testing.T) {
-	for _, n := range []int{2, 3, 5, 8} {
+	ranks := []int{2, 3, 5, 8}
+	if testing.Short() {
+		ranks = []int{3}
+	}
+	for _, n := range ranks {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
 			setEnv(t, "GOCL_P2P_DISABLE", "1", "GOCL_BUFFSIZE", "300000", "GOCL_NSOCKS_PERTHREAD", "3", "GOCL_SOCKET_IFNAME", "lo")
 			clique(t, n, func(c *Comm) error {

@@ -78,7 +78,8 @@ func NewUniqueID() (bootstrap.ID, error) {
 }
 
 // InitRank joins rank of nranks to the communicator named by id. It blocks
-// until all ranks have joined and connected, or GOCL_TIMEOUT passes.
+// until all ranks have joined and connected, or GOCL_TIMEOUT passes. A
+// negative device means "the local rank".
 func InitRank(id bootstrap.ID, nranks, rank, device int) (*Comm, error) {
 	if err := config.Check(); err != nil {
 		return nil, status.Errorf(status.InvalidArgument, "%w", err)
@@ -119,6 +120,9 @@ func InitRank(id bootstrap.ID, nranks, rank, device int) (*Comm, error) {
 		redops: map[int32]preMulSum{}, nextOp: 5}
 	c.cond = sync.NewCond(&c.stateMu)
 	c.topology()
+	if device < 0 { // no device given: one per local rank, as launchers assign GPUs
+		c.device = c.localRank
+	}
 	inprocOK := !config.Bool("P2P_DISABLE")
 	local := func(p int) bool { return inprocOK && peers[p].Proc == processID }
 	nsocks := config.IntOr("SOCKET_NTHREADS", 1) * config.IntOr("NSOCKS_PERTHREAD", 2)
@@ -185,6 +189,7 @@ func InitAll(ndev int, devices []int) ([]*Comm, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer status.Catch(&errs[i])
 			comms[i], errs[i] = InitRank(id, ndev, i, dev)
 		}()
 	}
@@ -219,10 +224,11 @@ func (c *Comm) fail(err error) {
 		c.broken = err
 		debuglog.Warnf(debuglog.Init, c.rank, "communicator failed: %v", err)
 	}
+	reason := c.broken.Error()
 	c.stateMu.Unlock()
 	for _, l := range c.links {
 		if l != nil {
-			l.Close()
+			l.Abort(reason)
 		}
 	}
 }

@@ -170,6 +170,7 @@ func (c *Comm) pointToPoint(ops []*Op) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer status.Catch(&errs[i])
 			if errs[i] = run(l); errs[i] != nil {
 				c.fail(errs[i]) // unblock the other lanes
 			}

@@ -75,6 +75,7 @@ func (g *Group) Run() error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer status.Catch(&errs[i])
 			errs[i] = run(b)
 		}()
 	}

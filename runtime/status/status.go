@@ -70,3 +70,12 @@ func CodeOf(err error) Code {
 	}
 	return InternalError
 }
+
+// Catch turns a panic in the calling goroutine into an InternalError stored
+// in *err. Every goroutine gocl starts defers it: a panic on a goroutine of
+// ours would otherwise kill the host process, which C callers must never see.
+func Catch(err *error) {
+	if r := recover(); r != nil {
+		*err = Errorf(InternalError, "internal error (a gocl bug, please report it): panic: %v", r)
+	}
+}

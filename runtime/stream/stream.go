@@ -3,7 +3,11 @@
 // and different streams run concurrently. An Event marks a point in a stream.
 package stream
 
-import "sync"
+import (
+	"sync"
+
+	"gocl/runtime/status"
+)
 
 // Stream runs queued tasks one after the other.
 type Stream struct {
@@ -39,7 +43,7 @@ func (s *Stream) work() {
 		s.tasks[0] = nil
 		s.tasks = s.tasks[1:]
 		s.mu.Unlock()
-		err := t()
+		err := run(t)
 		s.mu.Lock()
 		if err != nil && s.err == nil {
 			s.err = err
@@ -48,6 +52,11 @@ func (s *Stream) work() {
 		s.done++
 		s.cond.Broadcast()
 	}
+}
+
+func run(t func() error) (err error) {
+	defer status.Catch(&err)
+	return t()
 }
 
 // Enqueue appends a task; it runs after everything queued before it.

@@ -29,6 +29,9 @@ type Link interface {
 	// Close fails blocked and later calls on this end and makes the peer's
 	// calls fail with a "peer closed" error.
 	Close() error
+	// Abort is Close that first tells the peer why (best effort), so a
+	// failure deep in the ring reaches every rank with its root cause.
+	Abort(reason string)
 	// Name says which transport this is, for logs ("socket", "inproc").
 	Name() string
 }
@@ -38,6 +41,11 @@ func PeerClosed(self, peer int, detail string) error {
 	return status.Errorf(status.RemoteError,
 		"rank %d: connection to rank %d lost (%s): rank %d exited, crashed, aborted its communicator or failed an earlier operation",
 		self, peer, detail, peer)
+}
+
+// PeerFailed is the error for a peer that aborted and said why.
+func PeerFailed(self, peer int, reason string) error {
+	return status.Errorf(status.RemoteError, "rank %d: rank %d failed and closed its connection: %s", self, peer, reason)
 }
 
 // TimedOut is the error for a wait that passed its deadline.

@@ -25,9 +25,13 @@ const (
 type Kind uint8
 
 const (
-	KindColl Kind = 1
-	KindP2P  Kind = 2
+	KindColl  Kind = 1
+	KindP2P   Kind = 2
+	KindAbort Kind = 3 // payload: why the sender failed; it closes the link next
 )
+
+// MaxAbortReason bounds an abort frame's payload.
+const MaxAbortReason = 4096
 
 // Coll names the operation a frame belongs to.
 type Coll uint8
@@ -110,7 +114,7 @@ func Decode(b []byte) (Header, error) {
 		Step:  binary.LittleEndian.Uint32(b[32:]),
 		Len:   binary.LittleEndian.Uint64(b[40:]),
 	}
-	if h.Kind != KindColl && h.Kind != KindP2P {
+	if h.Kind != KindColl && h.Kind != KindP2P && h.Kind != KindAbort {
 		return Header{}, fmt.Errorf("frame kind %d is unknown", h.Kind)
 	}
 	return h, nil

@@ -31,6 +31,7 @@ type pair struct {
 	dirs   [2]direction     // dirs[0]: lower rank -> higher rank
 	closed [2]chan struct{} // closed[i]: end i (0 = lower rank) closed
 	once   [2]sync.Once
+	reason [2]string // why end i aborted; written before closed[i] is closed
 }
 
 // end is one rank's Link.
@@ -115,8 +116,11 @@ func (e *end) closedErr() error {
 	case <-e.p.closed[e.me]:
 		return transport.Aborted(e.self, e.peer)
 	default:
-		return transport.PeerClosed(e.self, e.peer, "it closed its end")
 	}
+	if r := e.p.reason[1-e.me]; r != "" {
+		return transport.PeerFailed(e.self, e.peer, r)
+	}
+	return transport.PeerClosed(e.self, e.peer, "it closed its end")
 }
 
 func (e *end) Send(h *wire.Header, data []byte) error {
@@ -184,6 +188,13 @@ func (e *end) RecvWith(want *wire.Header, use func(payload []byte)) error {
 }
 
 func (e *end) Close() error {
-	e.p.once[e.me].Do(func() { close(e.p.closed[e.me]) })
+	e.Abort("")
 	return nil
+}
+
+func (e *end) Abort(reason string) {
+	e.p.once[e.me].Do(func() {
+		e.p.reason[e.me] = reason
+		close(e.p.closed[e.me])
+	})
 }

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"gocl/runtime/status"
 	"gocl/runtime/transport"
 	"gocl/runtime/wire"
 )
@@ -22,6 +23,7 @@ const StripeMin = 256 << 10
 
 type link struct {
 	conns      []net.Conn
+	writeMu    []sync.Mutex // per connection: frames never interleave
 	self, peer int
 	hdr        [][wire.HeaderSize]byte // per connection, for the receiver
 	sendHdr    [][wire.HeaderSize]byte // per connection, for the sender
@@ -35,7 +37,7 @@ type link struct {
 // and order on both sides) into a Link.
 func New(conns []net.Conn, self, peer int) transport.Link {
 	return &link{
-		conns: conns, self: self, peer: peer,
+		conns: conns, self: self, peer: peer, writeMu: make([]sync.Mutex, len(conns)),
 		hdr:     make([][wire.HeaderSize]byte, len(conns)),
 		sendHdr: make([][wire.HeaderSize]byte, len(conns)),
 		closed:  make(chan struct{}),
@@ -52,6 +54,30 @@ func (l *link) SetDeadline(t time.Time) {
 	for _, c := range l.conns {
 		c.SetDeadline(t)
 	}
+}
+
+// Abort writes an abort frame with the reason on every connection whose
+// writer is idle (a frame half-written would garble it), then closes.
+func (l *link) Abort(reason string) {
+	if len(reason) > wire.MaxAbortReason {
+		reason = reason[:wire.MaxAbortReason]
+	}
+	select {
+	case <-l.closed:
+		return
+	default:
+	}
+	h := wire.Header{Kind: wire.KindAbort, Len: uint64(len(reason))}
+	var hb [wire.HeaderSize]byte
+	h.Encode(hb[:])
+	for i, c := range l.conns {
+		if l.writeMu[i].TryLock() {
+			c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+			(&net.Buffers{hb[:], []byte(reason)}).WriteTo(c)
+			l.writeMu[i].Unlock()
+		}
+	}
+	l.Close()
 }
 
 func (l *link) Close() error {
@@ -89,6 +115,7 @@ func each(parts int, f func(i int) error) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer status.Catch(&errs[i])
 			errs[i] = f(i)
 		}()
 	}
@@ -105,7 +132,10 @@ func (l *link) Send(h *wire.Header, data []byte) error {
 		ph.Len = uint64(hi - lo)
 		ph.Encode(l.sendHdr[i][:])
 		bufs := net.Buffers{l.sendHdr[i][:], data[lo:hi]}
-		if _, err := bufs.WriteTo(l.conns[i]); err != nil {
+		l.writeMu[i].Lock()
+		_, err := bufs.WriteTo(l.conns[i])
+		l.writeMu[i].Unlock()
+		if err != nil {
 			return l.wrap(err, "sending "+h.Describe())
 		}
 		return nil
@@ -146,6 +176,11 @@ func (l *link) recvPart(i int, want *wire.Header, dst []byte) error {
 	if err != nil {
 		l.Close() // the stream is out of sync; nothing after this can be trusted
 		return transport.PeerClosed(l.self, l.peer, err.Error())
+	}
+	if got.Kind == wire.KindAbort {
+		reason := make([]byte, min(got.Len, wire.MaxAbortReason))
+		io.ReadFull(c, reason)
+		return transport.PeerFailed(l.self, l.peer, string(reason))
 	}
 	pw := *want
 	pw.Len = uint64(len(dst))

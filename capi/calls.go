@@ -1,0 +1,133 @@
+package main
+
+// #include "gocl.h"
+import "C"
+
+import (
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"gocl/kernels"
+	"gocl/runtime/bootstrap"
+	"gocl/runtime/comm"
+	"gocl/runtime/status"
+	"gocl/runtime/wire"
+)
+
+// goclgoCall is every collective and send/recv: coll is the wire code.
+//
+//export goclgoCall
+func goclgoCall(coll C.int, send, recv unsafe.Pointer, count C.size_t, dtype, op, root, isSend C.int,
+	h, st C.uintptr_t) (rc C.int) {
+	defer guard(&rc, uintptr(h))
+	c, err := getComm(uintptr(h))
+	if err != nil {
+		return record(uintptr(h), err)
+	}
+	s, err := getStream(uintptr(st))
+	if err != nil {
+		return record(uintptr(h), err)
+	}
+	cnt := int(count)
+	if uint64(count) > 1<<62 {
+		cnt = -1 // reported by validation as an overflow
+	}
+	o := comm.Op{Coll: wire.Coll(coll), Send: send, Recv: recv, Count: cnt, Type: kernels.DataType(dtype),
+		RedOp: int32(op), Root: int(root), IsSend: isSend != 0}
+	if g := currentGroup(); g != nil {
+		if err := g.group.Add(c, s, o); err != nil {
+			g.failed = true
+			return record(uintptr(h), err)
+		}
+		return 0
+	}
+	return record(uintptr(h), c.Run(s, o))
+}
+
+// Groups are per calling thread, like NCCL's.
+type groupState struct {
+	depth  int
+	group  comm.Group
+	inits  []pendingInit
+	failed bool
+}
+
+type pendingInit struct {
+	entry        *commEntry
+	handle       uintptr
+	id           bootstrap.ID
+	nranks, rank int
+}
+
+var (
+	groupMu sync.Mutex
+	groups  = map[int]*groupState{}
+)
+
+func currentGroup() *groupState {
+	groupMu.Lock()
+	defer groupMu.Unlock()
+	return groups[syscall.Gettid()]
+}
+
+// goclgoGroup is goclGroupStart (start=1) and goclGroupEnd (start=0).
+//
+//export goclgoGroup
+func goclgoGroup(start C.int) (rc C.int) {
+	defer guard(&rc, 0)
+	tid := syscall.Gettid()
+	groupMu.Lock()
+	g := groups[tid]
+	if start != 0 {
+		if g == nil {
+			g = &groupState{}
+			groups[tid] = g
+		}
+		g.depth++
+		groupMu.Unlock()
+		return 0
+	}
+	if g == nil {
+		groupMu.Unlock()
+		return record(0, status.Errorf(status.InvalidUsage, "goclGroupEnd without goclGroupStart on this thread"))
+	}
+	g.depth--
+	if g.depth > 0 {
+		groupMu.Unlock()
+		return 0
+	}
+	delete(groups, tid)
+	groupMu.Unlock()
+
+	if err := runInits(g.inits); err != nil {
+		return record(0, err)
+	}
+	if g.failed {
+		return record(0, status.Errorf(status.InvalidArgument, "a call inside this group was rejected (see its result); nothing in the group ran"))
+	}
+	return record(0, g.group.Run())
+}
+
+// runInits runs the group's goclCommInitRank calls together (they rendezvous
+// with each other when one thread drives several ranks).
+func runInits(inits []pendingInit) error {
+	errs := make([]error, len(inits))
+	var wg sync.WaitGroup
+	for i, p := range inits {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer status.Catch(&errs[i])
+			p.entry.c, errs[i] = comm.InitRank(p.id, p.nranks, p.rank, -1)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			table.remove(inits[i].handle)
+			return err
+		}
+	}
+	return nil
+}

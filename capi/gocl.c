@@ -1,0 +1,134 @@
+// The public C functions. Each checks that the process has not forked since
+// the library was loaded, then enters Go: a forked child has lost the Go
+// runtime's threads, so even entering Go there can hang. This check is the
+// only thing between C and Go that must not itself need the runtime.
+#include <pthread.h>
+#include <stdint.h>
+
+#include "gocl.h"
+#include "_cgo_export.h"
+
+static volatile int forked = 0;
+static void on_fork_child(void) { forked = 1; }
+
+__attribute__((constructor)) static void gocl_register_atfork(void) {
+  pthread_atfork(NULL, NULL, on_fork_child);
+}
+
+static const char fork_message[] =
+    "gocl was called in a child created by fork() without exec: the Go runtime inside gocl does not "
+    "survive fork, so every call fails. Start worker processes with the spawn or forkserver method "
+    "(multiprocessing.set_start_method(\"spawn\"), torch.multiprocessing.spawn, or "
+    "DataLoader(multiprocessing_context=\"spawn\")), or exec a new program.";
+
+#define GUARD() \
+  do { if (forked) return goclInvalidUsage; } while (0)
+#define H(x) ((uintptr_t)(x))
+
+goclResult_t goclGetVersion(int* version) { GUARD(); return (goclResult_t)goclgoGetVersion(version); }
+
+const char* goclGetErrorString(goclResult_t r) {
+  switch (r) {
+    case goclSuccess: return "no error";
+    case goclUnhandledCudaError: return "unhandled cuda error";
+    case goclSystemError: return "unhandled system error (network, memory or OS call failed)";
+    case goclInternalError: return "internal error - please report this issue to the gocl developers";
+    case goclInvalidArgument: return "invalid argument";
+    case goclInvalidUsage: return "invalid usage";
+    case goclRemoteError: return "remote process exited or there was a network error";
+    case goclInProgress: return "operation in progress";
+    case goclTimeout: return "operation timed out (GOCL_TIMEOUT)";
+    default: return "unknown result code";
+  }
+}
+
+const char* goclGetLastError(goclComm_t comm) {
+  if (forked) return fork_message;
+  return goclgoGetLastError(H(comm));
+}
+
+goclResult_t goclGetUniqueId(goclUniqueId* id) { GUARD(); return (goclResult_t)goclgoGetUniqueId((char*)id); }
+
+goclResult_t goclCommInitRank(goclComm_t* comm, int nranks, goclUniqueId id, int rank) {
+  GUARD();
+  return (goclResult_t)goclgoCommInitRank((uintptr_t*)comm, nranks, id.internal, rank);
+}
+
+goclResult_t goclCommInitAll(goclComm_t* comms, int ndev, const int* devlist) {
+  GUARD();
+  return (goclResult_t)goclgoCommInitAll((uintptr_t*)comms, ndev, (int*)devlist);
+}
+
+goclResult_t goclCommSplit(goclComm_t comm, int color, int key, goclComm_t* newcomm, void* config) {
+  GUARD();
+  return (goclResult_t)goclgoCommSplit(H(comm), color, key, (uintptr_t*)newcomm, config);
+}
+
+goclResult_t goclCommDestroy(goclComm_t comm) { GUARD(); return (goclResult_t)goclgoCommDestroy(H(comm), 0); }
+goclResult_t goclCommAbort(goclComm_t comm) { GUARD(); return (goclResult_t)goclgoCommDestroy(H(comm), 1); }
+
+goclResult_t goclCommGetAsyncError(goclComm_t comm, goclResult_t* asyncError) {
+  GUARD();
+  return (goclResult_t)goclgoCommGetAsyncError(H(comm), (int*)asyncError);
+}
+
+goclResult_t goclCommCount(const goclComm_t comm, int* count) { GUARD(); return (goclResult_t)goclgoCommQuery(H(comm), 0, count); }
+goclResult_t goclCommUserRank(const goclComm_t comm, int* rank) { GUARD(); return (goclResult_t)goclgoCommQuery(H(comm), 1, rank); }
+goclResult_t goclCommCuDevice(const goclComm_t comm, int* device) { GUARD(); return (goclResult_t)goclgoCommQuery(H(comm), 2, device); }
+
+goclResult_t goclRedOpCreatePreMulSum(goclRedOp_t* op, void* scalar, goclDataType_t datatype,
+                                      goclScalarResidence_t residence, goclComm_t comm) {
+  GUARD();
+  (void)residence; /* host memory either way on the CPU path */
+  return (goclResult_t)goclgoRedOpCreatePreMulSum((int*)op, scalar, datatype, H(comm));
+}
+
+goclResult_t goclRedOpDestroy(goclRedOp_t op, goclComm_t comm) { GUARD(); return (goclResult_t)goclgoRedOpDestroy(op, H(comm)); }
+
+/* Collectives: one Go entry point, the collective named by its wire code. */
+enum { ALLREDUCE = 1, BROADCAST, REDUCE, ALLGATHER, REDUCESCATTER, ALLTOALL, GATHER, SCATTER, SENDRECV };
+
+goclResult_t goclAllReduce(const void* s, void* r, size_t n, goclDataType_t t, goclRedOp_t op, goclComm_t c, goclStream_t st) {
+  GUARD(); return (goclResult_t)goclgoCall(ALLREDUCE, (void*)s, r, n, t, op, 0, 0, H(c), H(st));
+}
+goclResult_t goclBroadcast(const void* s, void* r, size_t n, goclDataType_t t, int root, goclComm_t c, goclStream_t st) {
+  GUARD(); return (goclResult_t)goclgoCall(BROADCAST, (void*)s, r, n, t, 0, root, 0, H(c), H(st));
+}
+goclResult_t goclReduce(const void* s, void* r, size_t n, goclDataType_t t, goclRedOp_t op, int root, goclComm_t c, goclStream_t st) {
+  GUARD(); return (goclResult_t)goclgoCall(REDUCE, (void*)s, r, n, t, op, root, 0, H(c), H(st));
+}
+goclResult_t goclAllGather(const void* s, void* r, size_t n, goclDataType_t t, goclComm_t c, goclStream_t st) {
+  GUARD(); return (goclResult_t)goclgoCall(ALLGATHER, (void*)s, r, n, t, 0, 0, 0, H(c), H(st));
+}
+goclResult_t goclReduceScatter(const void* s, void* r, size_t n, goclDataType_t t, goclRedOp_t op, goclComm_t c, goclStream_t st) {
+  GUARD(); return (goclResult_t)goclgoCall(REDUCESCATTER, (void*)s, r, n, t, op, 0, 0, H(c), H(st));
+}
+goclResult_t goclAlltoAll(const void* s, void* r, size_t n, goclDataType_t t, goclComm_t c, goclStream_t st) {
+  GUARD(); return (goclResult_t)goclgoCall(ALLTOALL, (void*)s, r, n, t, 0, 0, 0, H(c), H(st));
+}
+goclResult_t goclGather(const void* s, void* r, size_t n, goclDataType_t t, int root, goclComm_t c, goclStream_t st) {
+  GUARD(); return (goclResult_t)goclgoCall(GATHER, (void*)s, r, n, t, 0, root, 0, H(c), H(st));
+}
+goclResult_t goclScatter(const void* s, void* r, size_t n, goclDataType_t t, int root, goclComm_t c, goclStream_t st) {
+  GUARD(); return (goclResult_t)goclgoCall(SCATTER, (void*)s, r, n, t, 0, root, 0, H(c), H(st));
+}
+goclResult_t goclSend(const void* s, size_t n, goclDataType_t t, int peer, goclComm_t c, goclStream_t st) {
+  GUARD(); return (goclResult_t)goclgoCall(SENDRECV, (void*)s, NULL, n, t, 0, peer, 1, H(c), H(st));
+}
+goclResult_t goclRecv(void* r, size_t n, goclDataType_t t, int peer, goclComm_t c, goclStream_t st) {
+  GUARD(); return (goclResult_t)goclgoCall(SENDRECV, NULL, r, n, t, 0, peer, 0, H(c), H(st));
+}
+
+goclResult_t goclGroupStart(void) { GUARD(); return (goclResult_t)goclgoGroup(1); }
+goclResult_t goclGroupEnd(void) { GUARD(); return (goclResult_t)goclgoGroup(0); }
+
+goclResult_t goclStreamCreate(goclStream_t* s) { GUARD(); return (goclResult_t)goclgoStreamCreate((uintptr_t*)s); }
+goclResult_t goclStreamSynchronize(goclStream_t s) { GUARD(); return (goclResult_t)goclgoStreamOp(H(s), 0); }
+goclResult_t goclStreamQuery(goclStream_t s) { GUARD(); return (goclResult_t)goclgoStreamOp(H(s), 1); }
+goclResult_t goclStreamDestroy(goclStream_t s) { GUARD(); return (goclResult_t)goclgoStreamOp(H(s), 2); }
+
+goclResult_t goclEventCreate(goclEvent_t* e) { GUARD(); return (goclResult_t)goclgoEventCreate((uintptr_t*)e); }
+goclResult_t goclEventRecord(goclEvent_t e, goclStream_t s) { GUARD(); return (goclResult_t)goclgoEventRecord(H(e), H(s)); }
+goclResult_t goclEventQuery(goclEvent_t e) { GUARD(); return (goclResult_t)goclgoEventOp(H(e), 0); }
+goclResult_t goclEventSynchronize(goclEvent_t e) { GUARD(); return (goclResult_t)goclgoEventOp(H(e), 1); }
+goclResult_t goclEventDestroy(goclEvent_t e) { GUARD(); return (goclResult_t)goclgoEventOp(H(e), 2); }

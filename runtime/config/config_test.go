@@ -1,0 +1,61 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPrecedence(t *testing.T) {
+	t.Cleanup(Reset)
+	Reset()
+	if v, src := Source("BUFFSIZE"); v != "1048576" || src != "default" {
+		t.Errorf("default: %q from %s", v, src)
+	}
+	t.Setenv("NCCL_BUFFSIZE", "4096")
+	Reset()
+	if v, src := Source("BUFFSIZE"); v != "4096" || src != "NCCL_BUFFSIZE" {
+		t.Errorf("NCCL fallback: %q from %s", v, src)
+	}
+	t.Setenv("GOCL_BUFFSIZE", "8192")
+	Reset()
+	if n, _ := Int("BUFFSIZE"); n != 8192 {
+		t.Errorf("GOCL wins: %d", n)
+	}
+}
+
+func TestCheckNamesTheVariable(t *testing.T) {
+	t.Cleanup(Reset)
+	for k, v := range map[string]string{"GOCL_BUFFSIZE": "big", "GOCL_TIMEOUT": "soon", "GOCL_ALGO": "tree"} {
+		t.Run(k, func(t *testing.T) {
+			t.Setenv(k, v)
+			Reset()
+			err := Check()
+			if err == nil || !strings.Contains(err.Error(), k) {
+				t.Errorf("%s=%s: %v", k, v, err)
+			}
+		})
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	t.Cleanup(Reset)
+	t.Setenv("GOCL_TIMEOUT", "1.5")
+	Reset()
+	if got := Timeout(); got != 1500*time.Millisecond {
+		t.Errorf("Timeout() = %v", got)
+	}
+	t.Setenv("GOCL_TIMEOUT", "0")
+	Reset()
+	if got := Timeout(); got != 0 {
+		t.Errorf("GOCL_TIMEOUT=0 means no deadline, got %v", got)
+	}
+}
+
+func TestTableIsDocumented(t *testing.T) {
+	for _, v := range Table() {
+		if v.Doc == "" {
+			t.Errorf("%s has no documentation", v.Name)
+		}
+	}
+}
