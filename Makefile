@@ -27,7 +27,7 @@ $(BUILD)/include/gocl.h: capi/gocl.h
 	cp $< $@
 
 $(BUILD)/gocl_test: tests/c/gocl_test.c tests/c/launch.c tests/c/launch.h lib
-	$(CC) $(CFLAGS) tests/c/gocl_test.c tests/c/launch.c -L$(BUILD) -lgocl $(RPATH) -o $@
+	$(CC) $(CFLAGS) tests/c/gocl_test.c tests/c/launch.c -L$(BUILD) -lgocl -lm $(RPATH) -o $@
 
 $(BUILD)/allreduce_perf: bench/allreduce_perf.c tests/c/launch.c tests/c/launch.h lib
 	$(CC) $(CFLAGS) bench/allreduce_perf.c tests/c/launch.c -L$(BUILD) -lgocl $(RPATH) -o $@

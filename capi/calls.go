@@ -29,11 +29,9 @@ func goclgoCall(coll C.int, send, recv unsafe.Pointer, count C.size_t, dtype, op
 	if err != nil {
 		return record(uintptr(h), err)
 	}
-	cnt := int(count)
-	if uint64(count) > 1<<62 {
-		cnt = -1 // reported by validation as an overflow
-	}
-	o := comm.Op{Coll: wire.Coll(coll), Send: send, Recv: recv, Count: cnt, Type: kernels.DataType(dtype),
+	// A size_t above MaxInt64 becomes negative; validation prints it back
+	// as the unsigned value the caller passed.
+	o := comm.Op{Coll: wire.Coll(coll), Send: send, Recv: recv, Count: int(count), Type: kernels.DataType(dtype),
 		RedOp: int32(op), Root: int(root), IsSend: isSend != 0}
 	if g := currentGroup(); g != nil {
 		if err := g.group.Add(c, s, o); err != nil {

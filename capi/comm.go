@@ -143,7 +143,7 @@ func goclgoCommGetAsyncError(h C.uintptr_t, out *C.int) (rc C.int) {
 	aerr := c.AsyncError()
 	*out = C.int(status.CodeOf(aerr))
 	if aerr != nil {
-		record(uintptr(h), aerr) // so goclGetLastError explains it
+		explain(uintptr(h), aerr)
 	}
 	return 0
 }

@@ -23,11 +23,17 @@ var (
 	emptyString = C.CString("")
 )
 
-func setString(m map[uintptr]*C.char, k uintptr, s *C.char) {
-	if old := m[k]; old != nil {
-		C.free(unsafe.Pointer(old))
+// keep stores msg in *slot. An identical message keeps the old string, so a
+// pointer the caller holds stays valid when a query (goclCommGetAsyncError)
+// reports the error it already explained.
+func keep(slot **C.char, msg string) {
+	if *slot != nil {
+		if C.GoString(*slot) == msg {
+			return
+		}
+		C.free(unsafe.Pointer(*slot))
 	}
-	m[k] = s
+	*slot = C.CString(msg)
 }
 
 // record keeps err's message for comm (0: none) and for the calling thread,
@@ -43,19 +49,32 @@ func record(comm uintptr, err error) C.int {
 	errMu.Lock()
 	defer errMu.Unlock()
 	if comm != 0 {
-		setString(commErrs, comm, C.CString(msg))
+		s := commErrs[comm]
+		keep(&s, msg)
+		commErrs[comm] = s
 	}
-	if old := threadErrs[tid]; old != nil {
-		C.free(unsafe.Pointer(old))
-	}
-	threadErrs[tid] = C.CString(msg)
+	s := threadErrs[tid]
+	keep(&s, msg)
+	threadErrs[tid] = s
 	return C.int(code)
+}
+
+// explain gives comm a message for an error found by a query (which itself
+// succeeded), unless it has one: strings handed out stay valid.
+func explain(comm uintptr, err error) {
+	errMu.Lock()
+	defer errMu.Unlock()
+	if commErrs[comm] == nil {
+		commErrs[comm] = C.CString(err.Error())
+	}
 }
 
 // forget drops a destroyed communicator's message.
 func forget(comm uintptr) {
 	errMu.Lock()
-	setString(commErrs, comm, nil)
+	if s := commErrs[comm]; s != nil {
+		C.free(unsafe.Pointer(s))
+	}
 	delete(commErrs, comm)
 	errMu.Unlock()
 }

@@ -58,17 +58,23 @@ type sendReq struct {
 // sender sends queued frames in order on its own goroutine, so a rank can
 // receive step s+1 while step s is still going out. Its queue holds every
 // frame of the call, so enqueueing never blocks (a bounded queue could close
-// a cycle of full queues around the ring).
+// a cycle of full queues around the ring). Frames a link buffers anyway go
+// out inline until the first one that could wait: small messages then cost
+// no goroutine hand-off, which is most of their latency.
 type sender struct {
-	c    *Ctx
-	q    chan sendReq
-	done chan error
+	c       *Ctx
+	frames  int
+	q       chan sendReq // nil until the goroutine starts
+	done    chan error
+	inlined error
 }
 
-func (c *Ctx) newSender(frames int) *sender {
-	s := &sender{c: c, q: make(chan sendReq, frames), done: make(chan error, 1)}
+func (c *Ctx) newSender(frames int) *sender { return &sender{c: c, frames: frames} }
+
+func (s *sender) start() {
+	s.q = make(chan sendReq, s.frames)
+	s.done = make(chan error, 1)
 	go s.loop()
-	return s
 }
 
 func (s *sender) loop() {
@@ -82,7 +88,34 @@ func (s *sender) loop() {
 	}
 }
 
-func (s *sender) send(peer, step int, data []byte) { s.q <- sendReq{peer, step, data} }
+func (s *sender) send(peer, step int, data []byte) {
+	if s.q == nil {
+		l := s.c.Links[peer]
+		if l.Buffered(len(data)) {
+			if s.inlined == nil {
+				if s.inlined = l.Send(s.c.hdr(step), data); s.inlined != nil {
+					s.c.Fail(s.inlined) // unblock this rank's receives now
+				}
+			}
+			return
+		}
+		s.start()
+	}
+	s.q <- sendReq{peer, step, data}
+}
+
+// wait closes the queue and returns the first send error.
+func (s *sender) wait() error {
+	if s.q == nil {
+		return s.inlined
+	}
+	close(s.q)
+	err := <-s.done
+	if s.inlined != nil {
+		return s.inlined
+	}
+	return err
+}
 
 // run executes body with a sender of capacity frames. On any error it fails
 // the communicator, then waits for the sender: the call must not return while
@@ -93,8 +126,7 @@ func (c *Ctx) run(frames int, body func(s *sender) error) error {
 	if err != nil {
 		c.Fail(err)
 	}
-	close(s.q)
-	serr := <-s.done
+	serr := s.wait()
 	if err == nil && serr != nil {
 		c.Fail(serr)
 		err = serr

@@ -110,6 +110,13 @@ func InitRank(id bootstrap.ID, nranks, rank, device int) (*Comm, error) {
 		Proc: processID, Pid: os.Getpid(), Device: device}
 	debuglog.Infof(debuglog.Init, rank, "gocl version %d.%d.%d, joining %d ranks at %s, using %s",
 		Version/10000, Version/100%100, Version%100, nranks, id.String(), ifc)
+	if debuglog.Enabled(debuglog.Info, debuglog.Env) {
+		for _, v := range config.Table() {
+			if val, src := config.Source(v.Name); src != "default" {
+				debuglog.Infof(debuglog.Env, rank, "%s set by environment to %q", src, val)
+			}
+		}
+	}
 	peers, err := bootstrap.Join(&id, me, deadline)
 	if err != nil {
 		return nil, err

@@ -102,7 +102,10 @@ func (c *Comm) collective(op *Op) error {
 	default:
 		err = status.Errorf(status.InternalError, "rank %d: no algorithm for %s", c.rank, op.Coll)
 	}
-	return err
+	if err != nil { // name the call, so logs and messages say which one failed
+		return status.Errorf(status.CodeOf(err), "%s failed on rank %d: %w", x.Hdr.Describe(), c.rank, err)
+	}
+	return nil
 }
 
 func pick[F any](ring bool, r, d F) F {
@@ -190,12 +193,18 @@ func (c *Comm) pointToPoint(ops []*Op) error {
 func (c *Comm) p2p(op *Op) error {
 	peer := op.Root
 	h := wire.Header{Kind: wire.KindP2P, Coll: wire.SendRecv, Dtype: uint8(op.Type), Count: uint64(op.Count)}
+	var err error
 	if op.IsSend {
 		h.Seq = c.sendSeq[peer]
 		c.sendSeq[peer]++
-		return c.links[peer].Send(&h, op.send)
+		err = c.links[peer].Send(&h, op.send)
+	} else {
+		h.Seq = c.recvSeq[peer]
+		c.recvSeq[peer]++
+		err = c.links[peer].RecvInto(&h, op.recv)
 	}
-	h.Seq = c.recvSeq[peer]
-	c.recvSeq[peer]++
-	return c.links[peer].RecvInto(&h, op.recv)
+	if err != nil {
+		return status.Errorf(status.CodeOf(err), "%s #%d to/from rank %d failed on rank %d: %w", op.name(), h.Seq, peer, c.rank, err)
+	}
+	return nil
 }

@@ -25,7 +25,7 @@ var table = []Var{
 	{"DEBUG_FILE", "", "log to this file instead of stderr; %h is the host name, %p the pid"},
 	{"SOCKET_IFNAME", "", "interface prefixes to use (a,b), ^ to exclude, = for an exact name; default: first non-loopback interface that is up, else lo"},
 	{"SOCKET_FAMILY", "", "AF_INET or AF_INET6 to force an address family"},
-	{"SOCKET_NTHREADS", "1", "sending threads per connection (socket transport); with NSOCKS_PERTHREAD sets the sockets per peer"},
+	{"SOCKET_NTHREADS", "1", "with NSOCKS_PERTHREAD: sockets per peer = NTHREADS × NSOCKS_PERTHREAD (at most 64), as in NCCL"},
 	{"NSOCKS_PERTHREAD", "2", "sockets per thread; a message of 256 KiB or more is striped over all sockets of a peer"},
 	{"P2P_DISABLE", "0", "1: ranks of one process talk over sockets instead of reading each other's memory"},
 	{"SHM_DISABLE", "0", "1: no shared-memory transport between processes of one host (reserved: sockets are the only inter-process transport today)"},
@@ -36,6 +36,7 @@ var table = []Var{
 	{"MIN_NCHANNELS", "1", "accepted for NCCL compatibility; one channel per peer today"},
 	{"MAX_NCHANNELS", "1", "accepted for NCCL compatibility; one channel per peer today"},
 	{"TIMEOUT", "600", "seconds an init or an operation may wait on a peer before failing with goclTimeout"},
+	{"SPIN_US", "50", "microseconds a waiting rank polls (yielding the CPU) before it sleeps; 0 sleeps at once"},
 	{"DIRECT_THRESHOLD", "65536", "allreduce/allgather/broadcast/reduce up to this many bytes use the direct algorithm"},
 }
 

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +57,19 @@ func TestTableIsDocumented(t *testing.T) {
 	for _, v := range Table() {
 		if v.Doc == "" {
 			t.Errorf("%s has no documentation", v.Name)
+		}
+	}
+}
+
+// The README's table must list every setting.
+func TestREADMEListsEverySetting(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range Table() {
+		if !strings.Contains(string(readme), "`GOCL_"+v.Name+"`") {
+			t.Errorf("README.md does not document GOCL_%s", v.Name)
 		}
 	}
 }

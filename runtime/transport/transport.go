@@ -34,6 +34,9 @@ type Link interface {
 	Abort(reason string)
 	// Name says which transport this is, for logs ("socket", "inproc").
 	Name() string
+	// Buffered reports whether a Send of n bytes returns without waiting for
+	// the peer to receive (the kernel buffers it), so it may be done inline.
+	Buffered(n int) bool
 }
 
 // PeerClosed is the error for a peer that went away.

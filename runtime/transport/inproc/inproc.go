@@ -92,6 +92,10 @@ func Forget(comm string) {
 
 func (e *end) Name() string { return "inproc" }
 
+// Buffered is false: the receiver reads the sender's memory, so every Send
+// waits for it.
+func (e *end) Buffered(int) bool { return false }
+
 func (e *end) SetDeadline(t time.Time) {
 	e.mu.Lock()
 	e.deadline = t

@@ -23,6 +23,7 @@ const StripeMin = 256 << 10
 
 type link struct {
 	conns      []net.Conn
+	raw        []syscall.RawConn
 	writeMu    []sync.Mutex // per connection: frames never interleave
 	self, peer int
 	hdr        [][wire.HeaderSize]byte // per connection, for the receiver
@@ -36,7 +37,11 @@ type link struct {
 // New wraps established, authenticated connections to peer (the same count
 // and order on both sides) into a Link.
 func New(conns []net.Conn, self, peer int) transport.Link {
-	return &link{
+	raw := make([]syscall.RawConn, len(conns))
+	for i, c := range conns {
+		raw[i], _ = c.(syscall.Conn).SyscallConn()
+	}
+	return &link{raw: raw,
 		conns: conns, self: self, peer: peer, writeMu: make([]sync.Mutex, len(conns)),
 		hdr:     make([][wire.HeaderSize]byte, len(conns)),
 		sendHdr: make([][wire.HeaderSize]byte, len(conns)),
@@ -45,6 +50,12 @@ func New(conns []net.Conn, self, peer int) transport.Link {
 }
 
 func (l *link) Name() string { return "socket" }
+
+// InlineMax is the largest frame sent on the caller's goroutine: far below
+// the kernel's default socket buffer, so the write cannot wait on the peer.
+const InlineMax = 32 << 10
+
+func (l *link) Buffered(n int) bool { return n <= InlineMax }
 
 func (l *link) SetDeadline(t time.Time) {
 	if t.Equal(l.deadline) {
@@ -166,10 +177,45 @@ func (l *link) RecvWith(want *wire.Header, use func([]byte)) error {
 	return nil
 }
 
+// readFull fills buf from connection i. It polls the socket for a moment
+// (transport.Spin) before parking on the netpoller, whose deadline still
+// applies, so a frame that arrives soon costs no goroutine wake-up.
+func (l *link) readFull(i int, buf []byte) error {
+	got := 0
+	var rerr error
+	attempt := func(fd uintptr) bool {
+		n, err := syscall.Read(int(fd), buf[got:])
+		switch {
+		case n > 0:
+			got += n
+			return got == len(buf)
+		case err == syscall.EAGAIN || err == syscall.EINTR:
+			return false
+		case err != nil:
+			rerr = err
+		default:
+			rerr = io.EOF
+		}
+		return true
+	}
+	for got < len(buf) && rerr == nil {
+		err := l.raw[i].Read(func(fd uintptr) bool {
+			return transport.Spin(func() bool { return attempt(fd) })
+		})
+		if err != nil && rerr == nil {
+			rerr = err
+		}
+	}
+	if rerr == io.EOF && got > 0 {
+		rerr = io.ErrUnexpectedEOF
+	}
+	return rerr
+}
+
 // recvPart reads one frame from connection i into dst.
 func (l *link) recvPart(i int, want *wire.Header, dst []byte) error {
 	c := l.conns[i]
-	if _, err := io.ReadFull(c, l.hdr[i][:]); err != nil {
+	if err := l.readFull(i, l.hdr[i][:]); err != nil {
 		return l.wrap(err, "waiting for "+want.Describe())
 	}
 	got, err := wire.Decode(l.hdr[i][:])
@@ -187,7 +233,7 @@ func (l *link) recvPart(i int, want *wire.Header, dst []byte) error {
 	if err := transport.CheckFrame(&pw, &got, l.self, l.peer); err != nil {
 		return err
 	}
-	if _, err := io.ReadFull(c, dst); err != nil {
+	if err := l.readFull(i, dst); err != nil {
 		return l.wrap(err, "receiving "+want.Describe())
 	}
 	return nil
