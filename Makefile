@@ -29,6 +29,9 @@ $(BUILD)/include/gocl.h: capi/gocl.h
 $(BUILD)/gocl_test: tests/c/gocl_test.c tests/c/launch.c tests/c/launch.h lib
 	$(CC) $(CFLAGS) tests/c/gocl_test.c tests/c/launch.c -L$(BUILD) -lgocl -lm $(RPATH) -o $@
 
+$(BUILD)/fork_test: tests/c/fork_test.c lib
+	$(CC) $(CFLAGS) $< -L$(BUILD) -lgocl $(RPATH) -o $@
+
 $(BUILD)/allreduce_perf: bench/allreduce_perf.c tests/c/launch.c tests/c/launch.h lib
 	$(CC) $(CFLAGS) bench/allreduce_perf.c tests/c/launch.c -L$(BUILD) -lgocl $(RPATH) -o $@
 
@@ -49,7 +52,8 @@ test-go:
 test-race:
 	$(GO) test -count=1 -race -short ./...
 
-test-c: $(BUILD)/gocl_test
+test-c: $(BUILD)/gocl_test $(BUILD)/fork_test
+	$(BUILD)/fork_test
 	for n in 1 2 3 4 5; do $(BUILD)/gocl_test -n $$n || exit 1; done
 	$(BUILD)/gocl_test -n 3 --kill-rank 1
 

@@ -53,6 +53,8 @@ type Comm struct {
 	redMu  sync.Mutex
 	redops map[int32]preMulSum
 	nextOp int32
+
+	flight *flightRecorder // nil unless GOCL_TRACE_BUFFER > 0
 }
 
 // processID tells ranks of one process apart from ranks of other processes.
@@ -124,7 +126,7 @@ func InitRank(id bootstrap.ID, nranks, rank, device int) (*Comm, error) {
 	c := &Comm{rank: rank, nranks: nranks, device: device, peers: peers, key: id.Key(),
 		plan: tune.FromConfig(), chunk: config.IntOr("BUFFSIZE", 1<<20),
 		links: make([]transport.Link, nranks), sendSeq: make([]uint64, nranks), recvSeq: make([]uint64, nranks),
-		redops: map[int32]preMulSum{}, nextOp: 5}
+		redops: map[int32]preMulSum{}, nextOp: 5, flight: newFlightRecorder(config.IntOr("TRACE_BUFFER", 0))}
 	c.cond = sync.NewCond(&c.stateMu)
 	c.topology()
 	if device < 0 { // no device given: one per local rank, as launchers assign GPUs
@@ -227,12 +229,16 @@ func (c *Comm) Device() int     { return c.device }
 // blocked calls here and on the peers return instead of waiting.
 func (c *Comm) fail(err error) {
 	c.stateMu.Lock()
-	if c.broken == nil {
+	first := c.broken == nil
+	if first {
 		c.broken = err
 		debuglog.Warnf(debuglog.Init, c.rank, "communicator failed: %v", err)
 	}
 	reason := c.broken.Error()
 	c.stateMu.Unlock()
+	if first {
+		c.flight.dump(c.rank, err)
+	}
 	for _, l := range c.links {
 		if l != nil {
 			l.Abort(reason)

@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -69,7 +70,7 @@ func (c *Comm) scratchBuf(n int) []byte {
 	return c.scratch[:n]
 }
 
-func (c *Comm) collective(op *Op) error {
+func (c *Comm) collective(op *Op) (err error) {
 	x := c.ctx(op)
 	c.seq++
 	if op.Count == 0 {
@@ -77,11 +78,14 @@ func (c *Comm) collective(op *Op) error {
 	}
 	sb, rb := c.sizes(op)
 	a := c.plan.Pick(op.Coll, max(sb, rb))
+	if c.flight != nil {
+		slot := c.flight.begin(x.Hdr.Describe() + " via " + a.String())
+		defer func() { c.flight.end(slot, err) }()
+	}
 	if debuglog.Enabled(debuglog.Trace, debuglog.Tuning) {
 		debuglog.Tracef(debuglog.Tuning, c.rank, "%s: %d bytes via %s", x.Hdr.Describe(), max(sb, rb), a)
 	}
 	ring := a == tune.Ring
-	var err error
 	switch op.Coll {
 	case wire.AllReduce:
 		err = pick(ring, algo.AllReduceRing, algo.AllReduceDirect)(x, op.send, op.recv, op.Count)
@@ -194,6 +198,10 @@ func (c *Comm) p2p(op *Op) error {
 	peer := op.Root
 	h := wire.Header{Kind: wire.KindP2P, Coll: wire.SendRecv, Dtype: uint8(op.Type), Count: uint64(op.Count)}
 	var err error
+	if c.flight != nil {
+		slot := c.flight.begin(fmt.Sprintf("%s of %d %s with rank %d", op.name(), op.Count, op.Type, peer))
+		defer func() { c.flight.end(slot, err) }()
+	}
 	if op.IsSend {
 		h.Seq = c.sendSeq[peer]
 		c.sendSeq[peer]++

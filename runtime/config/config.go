@@ -36,8 +36,9 @@ var table = []Var{
 	{"MIN_NCHANNELS", "1", "accepted for NCCL compatibility; one channel per peer today"},
 	{"MAX_NCHANNELS", "1", "accepted for NCCL compatibility; one channel per peer today"},
 	{"TIMEOUT", "600", "seconds an init or an operation may wait on a peer before failing with goclTimeout"},
+	{"TRACE_BUFFER", "0", "keep the last N calls per communicator and print them when it fails (a flight recorder for post-mortems)"},
 	{"SPIN_US", "50", "microseconds a waiting rank polls (yielding the CPU) before it sleeps; 0 sleeps at once"},
-	{"DIRECT_THRESHOLD", "65536", "allreduce/allgather/broadcast/reduce up to this many bytes use the direct algorithm"},
+	{"DIRECT_THRESHOLD", "32768", "allreduce, allgather, reducescatter, broadcast and reduce up to this many bytes use the direct algorithm (one step; above it the pipelined ring)"},
 }
 
 // Table lists every setting with its default and meaning.

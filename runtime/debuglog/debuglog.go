@@ -151,3 +151,14 @@ func Infof(s Subsys, rank int, format string, args ...any) { Logf(Info, s, rank,
 func Tracef(s Subsys, rank int, format string, args ...any) {
 	Logf(Trace, s, rank, format, args...)
 }
+
+// Dump writes lines at WARN whatever the level is set to: for reports the
+// user asked for by other means (GOCL_TRACE_BUFFER).
+func Dump(rank int, lines []string) {
+	g := get()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, l := range lines {
+		fmt.Fprintf(g.out, "%s:%d:%d [%d] GOCL WARN %s\n", g.host, g.pid, syscall.Gettid(), rank, l)
+	}
+}

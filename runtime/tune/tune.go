@@ -31,7 +31,7 @@ type Plan struct {
 func FromConfig() Plan {
 	return Plan{
 		Force:           strings.ToLower(strings.TrimSpace(config.String("ALGO"))),
-		DirectThreshold: config.IntOr("DIRECT_THRESHOLD", 65536),
+		DirectThreshold: config.IntOr("DIRECT_THRESHOLD", 32768),
 	}
 }
 
