@@ -110,22 +110,11 @@ func goclgoGroup(start C.int) (rc C.int) {
 // runInits runs the group's goclCommInitRank calls together (they rendezvous
 // with each other when one thread drives several ranks).
 func runInits(inits []pendingInit) error {
-	errs := make([]error, len(inits))
-	var wg sync.WaitGroup
-	for i, p := range inits {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer status.Catch(&errs[i])
-			p.entry.c, errs[i] = comm.InitRank(p.id, p.nranks, p.rank, -1)
-		}()
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			table.remove(inits[i].handle)
-			return err
+	return status.Parallel(len(inits), func(i int) (err error) {
+		p := inits[i]
+		if p.entry.c, err = comm.InitRank(p.id, p.nranks, p.rank, -1); err != nil {
+			table.remove(p.handle)
 		}
-	}
-	return nil
+		return err
+	})
 }

@@ -188,30 +188,24 @@ func InitAll(ndev int, devices []int) ([]*Comm, error) {
 		return nil, err
 	}
 	comms := make([]*Comm, ndev)
-	errs := make([]error, ndev)
-	var wg sync.WaitGroup
-	for i := range comms {
+	err = status.Parallel(ndev, func(i int) (err error) {
 		dev := i
 		if devices != nil {
 			dev = devices[i]
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer status.Catch(&errs[i])
-			comms[i], errs[i] = InitRank(id, ndev, i, dev)
-		}()
-	}
-	wg.Wait()
-	for i, err := range errs {
+		comms[i], err = InitRank(id, ndev, i, dev)
 		if err != nil {
-			for _, c := range comms {
-				if c != nil {
-					c.Abort()
-				}
-			}
-			return nil, fmt.Errorf("rank %d of %d: %w", i, ndev, err)
+			err = fmt.Errorf("rank %d of %d: %w", i, ndev, err)
 		}
+		return err
+	})
+	if err != nil {
+		for _, c := range comms {
+			if c != nil {
+				c.Abort()
+			}
+		}
+		return nil, err
 	}
 	return comms, nil
 }

@@ -2,7 +2,6 @@ package comm
 
 import (
 	"fmt"
-	"sync"
 	"time"
 
 	"gocl/runtime/algo"
@@ -168,28 +167,13 @@ func (c *Comm) pointToPoint(ops []*Op) error {
 		}
 		return nil
 	}
-	if len(order) == 1 {
-		return run(order[0])
-	}
-	errs := make([]error, len(order))
-	var wg sync.WaitGroup
-	for i, l := range order {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer status.Catch(&errs[i])
-			if errs[i] = run(l); errs[i] != nil {
-				c.fail(errs[i]) // unblock the other lanes
-			}
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
+	return status.Parallel(len(order), func(i int) error {
+		err := run(order[i])
 		if err != nil {
-			return err
+			c.fail(err) // unblock the other lanes
 		}
-	}
-	return nil
+		return err
+	})
 }
 
 // p2p moves one send or receive. Each direction of each pair has its own

@@ -1,8 +1,6 @@
 package comm
 
 import (
-	"sync"
-
 	"gocl/runtime/status"
 	"gocl/runtime/stream"
 )
@@ -50,7 +48,7 @@ func (g *Group) Empty() bool { return len(g.batches) == 0 }
 // Run executes the group. Batches with a stream are queued on it; the rest
 // run now, in parallel, and Run returns their first error.
 func (g *Group) Run() error {
-	var now []*batch
+	var now []*batch // NULL-stream batches, run before returning
 	for _, b := range g.batches {
 		if b.stream == nil {
 			now = append(now, b)
@@ -66,26 +64,7 @@ func (g *Group) Run() error {
 		b.comm.waitQueued() // the NULL stream waits for the comm's queued work, as CUDA's legacy stream does
 		return b.comm.execute(b.ops)
 	}
-	if len(now) == 1 {
-		return run(now[0])
-	}
-	errs := make([]error, len(now))
-	var wg sync.WaitGroup
-	for i, b := range now {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer status.Catch(&errs[i])
-			errs[i] = run(b)
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return status.Parallel(len(now), func(i int) error { return run(now[i]) })
 }
 
 // Run executes a single call.

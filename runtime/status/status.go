@@ -6,6 +6,7 @@ package status
 import (
 	"errors"
 	"fmt"
+	"sync"
 )
 
 // Code is a goclResult_t.
@@ -78,4 +79,29 @@ func Catch(err *error) {
 	if r := recover(); r != nil {
 		*err = Errorf(InternalError, "internal error (a gocl bug, please report it): panic: %v", r)
 	}
+}
+
+// Parallel runs f(0..n-1) on their own goroutines (f(0) on the caller's when
+// n is 1), catches their panics, and returns the first error by index.
+func Parallel(n int, f func(i int) error) error {
+	if n == 1 {
+		return f(0)
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer Catch(&errs[i])
+			errs[i] = f(i)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
