@@ -25,26 +25,6 @@ const (
 	NumCodes           Code = 9
 )
 
-var names = [...]string{
-	"no error",
-	"unhandled cuda error",
-	"unhandled system error (network, memory or OS call failed)",
-	"internal error - please report this issue to the gocl developers",
-	"invalid argument",
-	"invalid usage",
-	"remote process exited or there was a network error",
-	"operation in progress",
-	"operation timed out (GOCL_TIMEOUT)",
-}
-
-// String is the static text goclGetErrorString returns.
-func (c Code) String() string {
-	if c >= 0 && c < NumCodes {
-		return names[c]
-	}
-	return "unknown result code"
-}
-
 // Error is an error with a result code.
 type Error struct {
 	Code Code
