@@ -67,6 +67,7 @@ type sender struct {
 	q       chan sendReq // nil until the goroutine starts
 	done    chan error
 	inlined error
+	pending map[int]int // bytes sent inline to each peer during this call
 }
 
 func (c *Ctx) newSender(frames int) *sender { return &sender{c: c, frames: frames} }
@@ -91,7 +92,13 @@ func (s *sender) loop() {
 func (s *sender) send(peer, step int, data []byte) {
 	if s.q == nil {
 		l := s.c.Links[peer]
-		if l.Buffered(len(data)) {
+		// The kernel must be able to hold everything sent inline to this
+		// peer in this call: the peer may not read until it has sent too.
+		if l.Buffered(s.pending[peer] + len(data)) {
+			if s.pending == nil {
+				s.pending = map[int]int{}
+			}
+			s.pending[peer] += len(data)
 			if s.inlined == nil {
 				if s.inlined = l.Send(s.c.hdr(step), data); s.inlined != nil {
 					s.c.Fail(s.inlined) // unblock this rank's receives now

@@ -282,3 +282,15 @@ func TestLargeAllReduce(t *testing.T) {
 		})
 	}
 }
+
+// Many small ring chunks over sockets: frames that each fit the inline limit
+// must not add up to more than the kernel buffers before the peer reads
+// (every rank sends before it receives), or the ring would deadlock.
+func TestSmallChunksOverSocketsDoNotDeadlock(t *testing.T) {
+	setEnv(t, "GOCL_P2P_DISABLE", "1", "GOCL_SOCKET_IFNAME", "lo", "GOCL_ALGO", "ring", "GOCL_BUFFSIZE", "8192", "GOCL_TIMEOUT", "20")
+	const count = 8 << 20 // 32 MiB of float32: 16 MiB segments in 8 KiB chunks, beyond any socket buffer
+	clique(t, 2, func(c *Comm) error {
+		send := fill(kernels.Float32, kernels.Sum, c.Rank(), count)
+		return c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(send), Recv: ptr(send), Count: count, Type: kernels.Float32})
+	})
+}

@@ -34,8 +34,9 @@ type Link interface {
 	Abort(reason string)
 	// Name says which transport this is, for logs ("socket", "inproc").
 	Name() string
-	// Buffered reports whether a Send of n bytes returns without waiting for
-	// the peer to receive (the kernel buffers it), so it may be done inline.
+	// Buffered reports whether Sends totalling n bytes return without the
+	// peer receiving anything (the kernel buffers them), so they may be done
+	// inline by a rank that receives only afterwards.
 	Buffered(n int) bool
 }
 
