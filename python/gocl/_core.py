@@ -1,0 +1,199 @@
+"""The thin layer over the C API that the numpy API and the torch backend
+share: communicators, collectives on raw pointers, groups, streams and
+events. Pointers are ints (numpy ``ctypes.data``, torch ``data_ptr()``);
+lengths are element counts; dtypes and ops are gocl's enum values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+from typing import Iterator
+
+from . import _lib
+from .errors import error_for
+
+# goclDataType_t
+INT8, UINT8, INT32, UINT32, INT64, UINT64, FLOAT16, FLOAT32, FLOAT64, BFLOAT16 = range(10)
+# goclRedOp_t
+SUM, PROD, MAX, MIN, AVG = range(5)
+SPLIT_NOCOLOR = -1
+SUCCESS, IN_PROGRESS = 0, 7
+
+
+def check(rc: int, comm: int | None = None) -> None:
+    """Raise the GoclError subclass for rc, with goclGetLastError's sentence."""
+    if rc == SUCCESS:
+        return
+    lib = _lib.lib()
+    msg = lib.goclGetLastError(comm)
+    if not msg:
+        msg = lib.goclGetErrorString(rc)
+    raise error_for(rc, (msg or b"").decode("utf-8", "replace"))
+
+
+def version() -> int:
+    v = ctypes.c_int()
+    check(_lib.lib().goclGetVersion(ctypes.byref(v)))
+    return v.value
+
+
+def unique_id() -> bytes:
+    """A new 128-byte id; starts the rendezvous service in this process."""
+    uid = _lib.UniqueId()
+    check(_lib.lib().goclGetUniqueId(ctypes.byref(uid)))
+    return uid.to_bytes()
+
+
+class Comm:
+    """One rank's communicator handle."""
+
+    def __init__(self, handle: int):
+        self.handle = handle
+        self.rank = self._query(_lib.lib().goclCommUserRank)
+        self.size = self._query(_lib.lib().goclCommCount)
+
+    @classmethod
+    def init_rank(cls, uid: bytes, nranks: int, rank: int) -> "Comm":
+        if len(uid) != _lib.UNIQUE_ID_BYTES:
+            raise ValueError(f"unique id must be {_lib.UNIQUE_ID_BYTES} bytes, got {len(uid)}")
+        h = ctypes.c_void_p()
+        check(_lib.lib().goclCommInitRank(ctypes.byref(h), nranks, _lib.UniqueId.from_bytes(uid), rank))
+        return cls(h.value)
+
+    @classmethod
+    def init_all(cls, n: int) -> list["Comm"]:
+        hs = (ctypes.c_void_p * n)()
+        check(_lib.lib().goclCommInitAll(hs, n, None))
+        return [cls(h) for h in hs]
+
+    def _query(self, fn) -> int:
+        v = ctypes.c_int()
+        check(fn(self.handle, ctypes.byref(v)), self.handle)
+        return v.value
+
+    def _call(self, rc: int) -> None:
+        check(rc, self.handle)
+
+    # collectives: pointers are ints, counts are elements
+    def all_reduce(self, send: int, recv: int, count: int, dtype: int, op: int, stream: int | None = None):
+        self._call(_lib.lib().goclAllReduce(send, recv, count, dtype, op, self.handle, stream))
+
+    def broadcast(self, send: int, recv: int, count: int, dtype: int, root: int, stream: int | None = None):
+        self._call(_lib.lib().goclBroadcast(send, recv, count, dtype, root, self.handle, stream))
+
+    def reduce(self, send: int, recv: int, count: int, dtype: int, op: int, root: int, stream: int | None = None):
+        self._call(_lib.lib().goclReduce(send, recv, count, dtype, op, root, self.handle, stream))
+
+    def all_gather(self, send: int, recv: int, count: int, dtype: int, stream: int | None = None):
+        self._call(_lib.lib().goclAllGather(send, recv, count, dtype, self.handle, stream))
+
+    def reduce_scatter(self, send: int, recv: int, count: int, dtype: int, op: int, stream: int | None = None):
+        self._call(_lib.lib().goclReduceScatter(send, recv, count, dtype, op, self.handle, stream))
+
+    def all_to_all(self, send: int, recv: int, count: int, dtype: int, stream: int | None = None):
+        self._call(_lib.lib().goclAlltoAll(send, recv, count, dtype, self.handle, stream))
+
+    def gather(self, send: int, recv: int, count: int, dtype: int, root: int, stream: int | None = None):
+        self._call(_lib.lib().goclGather(send, recv, count, dtype, root, self.handle, stream))
+
+    def scatter(self, send: int, recv: int, count: int, dtype: int, root: int, stream: int | None = None):
+        self._call(_lib.lib().goclScatter(send, recv, count, dtype, root, self.handle, stream))
+
+    def send(self, buf: int, count: int, dtype: int, peer: int, stream: int | None = None):
+        self._call(_lib.lib().goclSend(buf, count, dtype, peer, self.handle, stream))
+
+    def recv(self, buf: int, count: int, dtype: int, peer: int, stream: int | None = None):
+        self._call(_lib.lib().goclRecv(buf, count, dtype, peer, self.handle, stream))
+
+    def premul_sum(self, scalar: bytes, dtype: int) -> int:
+        """A custom op scaling inputs by scalar (one element of dtype, raw bytes)."""
+        op = ctypes.c_int()
+        buf = ctypes.create_string_buffer(scalar, len(scalar))
+        self._call(_lib.lib().goclRedOpCreatePreMulSum(ctypes.byref(op), buf, dtype, 1, self.handle))
+        return op.value
+
+    def destroy_op(self, op: int) -> None:
+        self._call(_lib.lib().goclRedOpDestroy(op, self.handle))
+
+    def split(self, color: int, key: int) -> "Comm | None":
+        h = ctypes.c_void_p()
+        self._call(_lib.lib().goclCommSplit(self.handle, color, key, ctypes.byref(h), None))
+        return Comm(h.value) if h.value else None
+
+    def async_error(self) -> int:
+        v = ctypes.c_int()
+        self._call(_lib.lib().goclCommGetAsyncError(self.handle, ctypes.byref(v)))
+        return v.value
+
+    def destroy(self) -> None:
+        if self.handle:
+            h, self.handle = self.handle, 0
+            check(_lib.lib().goclCommDestroy(h))
+
+    def abort(self) -> None:
+        if self.handle:
+            h, self.handle = self.handle, 0
+            check(_lib.lib().goclCommAbort(h))
+
+
+@contextlib.contextmanager
+def group() -> Iterator[None]:
+    """Calls inside run together at exit (goclGroupStart/End, per thread)."""
+    check(_lib.lib().goclGroupStart())
+    try:
+        yield
+    finally:
+        check(_lib.lib().goclGroupEnd())
+
+
+class Stream:
+    """A gocl CPU stream: calls queued on it run in order, off this thread."""
+
+    def __init__(self):
+        h = ctypes.c_void_p()
+        check(_lib.lib().goclStreamCreate(ctypes.byref(h)))
+        self.handle = h.value
+
+    def synchronize(self) -> None:
+        check(_lib.lib().goclStreamSynchronize(self.handle))
+
+    def query(self) -> bool:
+        """True when idle; raises the first error of queued work."""
+        rc = _lib.lib().goclStreamQuery(self.handle)
+        if rc == IN_PROGRESS:
+            return False
+        check(rc)
+        return True
+
+    def destroy(self) -> None:
+        if self.handle:
+            h, self.handle = self.handle, 0
+            check(_lib.lib().goclStreamDestroy(h))
+
+
+class Event:
+    """A mark in a stream: done once the work queued before it has run."""
+
+    def __init__(self):
+        h = ctypes.c_void_p()
+        check(_lib.lib().goclEventCreate(ctypes.byref(h)))
+        self.handle = h.value
+
+    def record(self, stream: Stream) -> None:
+        check(_lib.lib().goclEventRecord(self.handle, stream.handle))
+
+    def query(self) -> bool:
+        rc = _lib.lib().goclEventQuery(self.handle)
+        if rc == IN_PROGRESS:
+            return False
+        check(rc)
+        return True
+
+    def synchronize(self) -> None:
+        check(_lib.lib().goclEventSynchronize(self.handle))
+
+    def destroy(self) -> None:
+        if self.handle:
+            h, self.handle = self.handle, 0
+            check(_lib.lib().goclEventDestroy(h))

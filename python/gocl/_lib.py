@@ -1,0 +1,138 @@
+"""Loads libgocl.so lazily and declares the C signatures.
+
+The Go runtime starts threads when the library is loaded, and a process
+that forks after that cannot use it. So nothing here runs at import time:
+the library is loaded by the first call that needs it (importing gocl, or
+registering the torch backend, never loads it). ``ctypes.CDLL`` releases the
+GIL during every call, so a blocking collective does not freeze Python.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from pathlib import Path
+
+from .errors import ForkError
+
+_lock = threading.Lock()
+_lib: ctypes.CDLL | None = None
+_loaded_pid: int | None = None
+_forked = False
+
+c_int = ctypes.c_int
+c_size_t = ctypes.c_size_t
+c_void_p = ctypes.c_void_p
+c_char_p = ctypes.c_char_p
+UNIQUE_ID_BYTES = 128
+
+
+class UniqueId(ctypes.Structure):
+    _fields_ = [("internal", ctypes.c_char * UNIQUE_ID_BYTES)]
+
+    # Never UniqueId(data) or uid.internal: ctypes treats a c_char array as a
+    # C string and stops at the first NUL byte, which corrupts the id.
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "UniqueId":
+        if len(data) != UNIQUE_ID_BYTES:
+            raise ValueError(f"a unique id is {UNIQUE_ID_BYTES} bytes, got {len(data)}")
+        uid = cls()
+        ctypes.memmove(ctypes.addressof(uid), data, UNIQUE_ID_BYTES)
+        return uid
+
+    def to_bytes(self) -> bytes:
+        return ctypes.string_at(ctypes.addressof(self), UNIQUE_ID_BYTES)
+
+
+# name -> (argtypes, restype); every function returns goclResult_t (int)
+# unless stated.
+_SIGNATURES = {
+    "goclGetVersion": [ctypes.POINTER(c_int)],
+    "goclGetUniqueId": [ctypes.POINTER(UniqueId)],
+    "goclCommInitRank": [ctypes.POINTER(c_void_p), c_int, UniqueId, c_int],
+    "goclCommInitAll": [ctypes.POINTER(c_void_p), c_int, ctypes.POINTER(c_int)],
+    "goclCommSplit": [c_void_p, c_int, c_int, ctypes.POINTER(c_void_p), c_void_p],
+    "goclCommDestroy": [c_void_p],
+    "goclCommAbort": [c_void_p],
+    "goclCommGetAsyncError": [c_void_p, ctypes.POINTER(c_int)],
+    "goclCommCount": [c_void_p, ctypes.POINTER(c_int)],
+    "goclCommUserRank": [c_void_p, ctypes.POINTER(c_int)],
+    "goclCommCuDevice": [c_void_p, ctypes.POINTER(c_int)],
+    "goclRedOpCreatePreMulSum": [ctypes.POINTER(c_int), c_void_p, c_int, c_int, c_void_p],
+    "goclRedOpDestroy": [c_int, c_void_p],
+    "goclAllReduce": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
+    "goclBroadcast": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
+    "goclReduce": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_int, c_void_p, c_void_p],
+    "goclAllGather": [c_void_p, c_void_p, c_size_t, c_int, c_void_p, c_void_p],
+    "goclReduceScatter": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
+    "goclAlltoAll": [c_void_p, c_void_p, c_size_t, c_int, c_void_p, c_void_p],
+    "goclGather": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
+    "goclScatter": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
+    "goclSend": [c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
+    "goclRecv": [c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
+    "goclGroupStart": [],
+    "goclGroupEnd": [],
+    "goclStreamCreate": [ctypes.POINTER(c_void_p)],
+    "goclStreamSynchronize": [c_void_p],
+    "goclStreamQuery": [c_void_p],
+    "goclStreamDestroy": [c_void_p],
+    "goclEventCreate": [ctypes.POINTER(c_void_p)],
+    "goclEventRecord": [c_void_p, c_void_p],
+    "goclEventQuery": [c_void_p],
+    "goclEventSynchronize": [c_void_p],
+    "goclEventDestroy": [c_void_p],
+}
+
+
+def library_path() -> Path:
+    """Where libgocl.so is: $GOCL_LIBRARY, else next to this file."""
+    env = os.environ.get("GOCL_LIBRARY")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parent / "_native" / "libgocl.so"
+
+
+def _mark_forked() -> None:
+    global _forked
+    if _lib is not None:
+        _forked = True
+
+
+os.register_at_fork(after_in_child=_mark_forked)
+
+
+def lib() -> ctypes.CDLL:
+    """The loaded library (loading it on first use)."""
+    global _lib, _loaded_pid
+    if _forked:
+        raise ForkError(
+            "gocl was loaded in a parent process and this process was created by fork(): the Go runtime "
+            "inside gocl does not survive fork. Use the spawn or forkserver start method "
+            "(multiprocessing.set_start_method('spawn'), torch.multiprocessing.spawn, "
+            "DataLoader(multiprocessing_context='spawn')).")
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is None:
+            path = library_path()
+            if not path.exists():
+                raise OSError(
+                    f"libgocl.so not found at {path}: reinstall gocl (uv pip install -e .) or set GOCL_LIBRARY")
+            dll = ctypes.CDLL(str(path))
+            for name, argtypes in _SIGNATURES.items():
+                fn = getattr(dll, name)
+                fn.argtypes = argtypes
+                fn.restype = c_int
+            dll.goclGetErrorString.argtypes = [c_int]
+            dll.goclGetErrorString.restype = c_char_p
+            dll.goclGetLastError.argtypes = [c_void_p]
+            dll.goclGetLastError.restype = c_char_p
+            _loaded_pid = os.getpid()
+            _lib = dll
+    return _lib
+
+
+def loaded() -> bool:
+    """Whether the library is loaded in this process (tests of laziness use it)."""
+    return _lib is not None
