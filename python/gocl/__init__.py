@@ -1,0 +1,72 @@
+"""gocl: a collective communication library written in Go, shaped like NCCL.
+
+``import gocl`` is cheap and does not load ``libgocl.so`` (nor numpy): the
+library is loaded by the first call that needs it, so a process may still
+fork before that. The numpy API lives in :mod:`gocl.comm`::
+
+    import numpy as np, gocl
+    with gocl.Communicator.from_env() as comm:     # RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+        x = np.ones(4, np.float32)
+        comm.all_reduce(x)                          # in place: x == world_size
+
+Other pieces: ``gocl.errors`` (exceptions), ``gocl.torch_backend`` (the
+torch.distributed backend ``"gocl"``), ``gocl run`` (launcher, ``gocl.launcher``)
+and the pytest plugin (``@pytest.mark.ranks(n)``, ``gocl.pytest_plugin``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .errors import (
+    ForkError,
+    GoclError,
+    GoclInternalError,
+    GoclSystemError,
+    GoclTimeoutError,
+    InvalidArgumentError,
+    InvalidUsageError,
+    RemoteError,
+)
+
+__version__ = "0.1.0"
+
+# Names served lazily from gocl.comm (which imports numpy).
+_COMM_NAMES = ("Communicator", "Work", "PreMulSum", "premul_sum", "group", "unique_id")
+
+__all__ = [
+    "__version__",
+    "library_version",
+    *_COMM_NAMES,
+    "GoclError",
+    "GoclSystemError",
+    "GoclInternalError",
+    "InvalidArgumentError",
+    "InvalidUsageError",
+    "RemoteError",
+    "GoclTimeoutError",
+    "ForkError",
+]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .comm import Communicator, PreMulSum, Work, group, premul_sum, unique_id  # noqa: F401
+
+
+def __getattr__(name: str):
+    if name in _COMM_NAMES:
+        from . import comm
+
+        return getattr(comm, name)
+    raise AttributeError(f"module 'gocl' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
+
+def library_version() -> str:
+    """The loaded libgocl.so's version as "MAJOR.MINOR.PATCH" (loads the library)."""
+    from . import _core
+
+    v = _core.version()
+    return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
