@@ -1,0 +1,77 @@
+"""The ``gocl`` command: ``gocl run`` (launcher) and ``gocl version``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from . import __version__
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .launcher import launch
+
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        print("gocl run: no command given: gocl run -n N [--] cmd ...", file=sys.stderr)
+        return 2
+    if args.nproc < 1:
+        print(f"gocl run: -n must be at least 1, got {args.nproc}", file=sys.stderr)
+        return 2
+    return launch(cmd, args.nproc, master_addr=args.master_addr, master_port=args.master_port,
+                  prefix=not args.no_prefix, grace=args.grace)
+
+
+def _cmd_version(args: argparse.Namespace) -> int:
+    import gocl
+
+    from . import _lib
+
+    print(f"gocl {__version__} (python package at {gocl.__path__[0]})")
+    try:
+        lib = gocl.library_version()
+    except Exception as e:  # noqa: BLE001 - report whatever stopped the load
+        print(f"libgocl: not loadable from {_lib.library_path()}: {e}")
+        return 1
+    print(f"libgocl {lib} ({_lib.library_path()})")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gocl", description="gocl: collective communication in Go (NCCL-shaped)")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser(
+        "run", help="start N local ranks of a program (torchrun-style environment)",
+        description="Start N local ranks of cmd with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, "
+                    "MASTER_ADDR and MASTER_PORT set; prefix their output with [rank i]; when one fails, stop the "
+                    "others and exit with its code. A cmd ending in .py runs with this Python.")
+    run.add_argument("-n", "--nproc", "--nproc-per-node", "--nproc_per_node", dest="nproc", type=int, required=True,
+                     help="number of ranks")
+    run.add_argument("--master-addr", default="127.0.0.1", help="MASTER_ADDR (default 127.0.0.1)")
+    run.add_argument("--master-port", type=int, default=None, help="MASTER_PORT (default: a free port)")
+    run.add_argument("--no-prefix", action="store_true", help="do not prefix output lines with [rank i]")
+    run.add_argument("--grace", type=float, default=5.0,
+                     help="seconds the other ranks get after SIGTERM before SIGKILL, when one fails (default 5)")
+    run.add_argument("cmd", nargs=argparse.REMAINDER, help="the program and its arguments ([--] cmd ...)")
+    run.set_defaults(func=_cmd_run)
+
+    ver = sub.add_parser("version", help="print the Python package's and the library's versions")
+    ver.set_defaults(func=_cmd_version)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = parser()
+    args = p.parse_args(argv)
+    if not getattr(args, "func", None):
+        p.print_help()
+        return 2
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
