@@ -1,0 +1,264 @@
+"""pytest plugin (entry point ``pytest11: gocl``): tests across ranks.
+
+``@pytest.mark.ranks(n, timeout=120)`` runs the test function's body on n
+ranks, each a fresh Python process (spawned, never forked: the Go runtime in
+libgocl.so does not survive fork) with torchrun's environment (RANK,
+WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
+MASTER_PORT: a free port per test), so the body can call
+``dist.init_process_group("gocl")`` or ``gocl.Communicator.from_env()``::
+
+    @pytest.mark.ranks(4)
+    def test_sum():
+        with gocl.Communicator.from_env() as comm:
+            x = np.full(3, comm.rank, np.float32)
+            assert (comm.all_reduce(x) == 6).all()
+
+The test passes only when every rank passes. When a rank fails, the others
+get a few seconds to finish or fail on their own (a dead peer makes gocl fail
+them quickly), then are killed; the report holds the traceback of every
+failing rank and the output of the others. After ``timeout`` seconds the ranks'
+Python stacks are dumped (faulthandler) and they are killed: a hang becomes a
+failure that shows where each rank was. ``pytest.skip()`` on every rank skips.
+
+Fixtures: the body runs in other processes, so fixture values are computed
+once here and pickled to every rank: parametrize values and plain data
+fixtures (``tmp_path`` included: every rank gets the same path) work;
+fixtures that act on this process (monkeypatch, capsys, caplog, request, ...)
+are refused. Module-level code of the test module runs on every rank (it is
+imported there, with pytest's assertion rewriting when available). Test
+functions may be module-level or methods of a test class that takes no
+constructor arguments.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from .launcher import free_port, rank_env
+
+DEFAULT_TIMEOUT = 120.0
+# How long the other ranks may run on after one failed, to report their own failures.
+FAIL_GRACE = 3.0
+# Exit code with which a rank reports pytest.skip().
+SKIP_CODE = 75
+# Fixtures that act on the pytest process itself: meaningless in a rank.
+_REFUSED_FIXTURES = {
+    "request", "monkeypatch", "capsys", "capsysbinary", "capfd", "capfdbinary", "caplog", "recwarn",
+    "pytester", "testdir", "cache", "record_property", "record_xml_attribute", "record_testsuite_property",
+    "doctest_namespace", "pytestconfig",
+}
+_TAIL_LINES = 60
+
+
+def pytest_addoption(parser):
+    parser.addini("gocl_ranks_timeout", f"default timeout (s) of @pytest.mark.ranks tests ({DEFAULT_TIMEOUT:g})",
+                  default=None)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "ranks(n, timeout=120): run the test body on n ranks, each a fresh (spawned) process with RANK, "
+        "WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT set; it passes only if every rank passes (gocl)")
+
+
+def _marker_args(item, marker) -> tuple[int, float]:
+    n = marker.args[0] if marker.args else marker.kwargs.get("n", marker.kwargs.get("nranks"))
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.ranks needs a number of ranks >= 1, got {n!r}")
+    timeout = marker.kwargs.get("timeout")
+    if timeout is None:
+        timeout = os.environ.get("GOCL_PYTEST_TIMEOUT") or item.config.getini("gocl_ranks_timeout") or DEFAULT_TIMEOUT
+    return n, float(timeout)
+
+
+def _tail(path: Path, lines: int = _TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    rows = text.splitlines()
+    if len(rows) > lines:
+        rows = [f"... ({len(rows) - lines} earlier lines)"] + rows[-lines:]
+    return "\n".join(rows)
+
+
+def _describe(rc: int | None) -> str:
+    if rc is None:
+        return "still running"
+    if rc < 0:
+        try:
+            return f"killed by signal {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"exit code {rc}"
+
+
+def _signal_group(p: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(p.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_ranks(item, n: int, timeout: float) -> None:
+    """Run item's function on n ranks; return if all pass, else pytest.fail/skip."""
+    argnames = item._fixtureinfo.argnames
+    refused = sorted(set(argnames) & _REFUSED_FIXTURES)
+    if refused:
+        pytest.fail(f"@pytest.mark.ranks: fixture(s) {', '.join(refused)} act on the pytest process and cannot be "
+                    "used inside a ranked test (its body runs in other processes)", pytrace=False)
+    kwargs = {name: item.funcargs[name] for name in argnames}
+    try:
+        payload = pickle.dumps(kwargs)
+    except Exception as e:  # noqa: BLE001
+        pytest.fail(f"@pytest.mark.ranks: the test's arguments ({', '.join(argnames)}) must be picklable to reach "
+                    f"the ranks: {e}", pytrace=False)
+
+    attrs = ([*item.cls.__qualname__.split(".")] if item.cls is not None else []) + [item.originalname]
+    work = Path(tempfile.mkdtemp(prefix="gocl-ranks-"))
+    try:
+        (work / "args.pickle").write_bytes(payload)
+        spec = {
+            "path": str(item.path),
+            "module": item.module.__name__,
+            "attrs": attrs,
+            "is_class": item.cls is not None,
+            "sys_path": [p for p in sys.path if isinstance(p, str)],
+            "args": str(work / "args.pickle"),
+            "results": str(work),
+            "nodeid": item.nodeid,
+        }
+        (work / "spec.json").write_text(json.dumps(spec))
+        port = free_port()
+        procs: list[subprocess.Popen] = []
+        logs = [work / f"rank{r}.log" for r in range(n)]
+        try:
+            for r in range(n):
+                env = rank_env(r, n, "127.0.0.1", port)
+                env["GOCL_PYTEST_RANK"] = str(r)
+                with open(logs[r], "wb") as log:
+                    procs.append(subprocess.Popen(
+                        [sys.executable, "-m", "gocl._pytest_runner", str(work / "spec.json")],
+                        env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                        start_new_session=True, cwd=str(item.config.invocation_params.dir)))
+            outcome = _supervise(procs, timeout)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    _signal_group(p, signal.SIGKILL)
+                    p.wait()
+        codes = [p.returncode for p in procs]
+        # Every rank's output goes to this test's captured stdout (shown on failure, or with -s).
+        for r in range(n):
+            text = logs[r].read_text(errors="replace")
+            if text:
+                sys.stdout.write("".join(f"[rank {r}] {line}\n" for line in text.splitlines()))
+        _report(work, n, codes, outcome, timeout)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _supervise(procs: list[subprocess.Popen], timeout: float) -> dict:
+    """Wait for the ranks; kill them after a failure's grace or at the timeout."""
+    start = time.monotonic()
+    deadline = start + timeout
+    failed_at = None
+    first_failed = None
+    outcome = {"timed_out": False, "killed": [], "first_failed": None}
+    while True:
+        codes = [p.poll() for p in procs]
+        if all(c is not None for c in codes):
+            break
+        now = time.monotonic()
+        if failed_at is None:
+            for r, c in enumerate(codes):
+                if c not in (None, 0, SKIP_CODE):
+                    failed_at, first_failed = now, r
+                    break
+        stop = None
+        if failed_at is not None and now - failed_at >= FAIL_GRACE:
+            stop = "after_failure"
+        elif now >= deadline:
+            stop = "timeout"
+        if stop:
+            running = [r for r, c in enumerate(codes) if c is None]
+            outcome["killed"] = running
+            outcome["timed_out"] = stop == "timeout"
+            for r in running:  # dump every thread's Python stack into the rank's output
+                _signal_group(procs[r], signal.SIGUSR1)
+            time.sleep(0.5)
+            for r in running:
+                _signal_group(procs[r], signal.SIGKILL)
+            for p in procs:
+                p.wait()
+            break
+        time.sleep(0.01)
+    outcome["first_failed"] = first_failed
+    outcome["elapsed"] = time.monotonic() - start
+    return outcome
+
+
+def _report(work: Path, n: int, codes: list, outcome: dict, timeout: float) -> None:
+    killed = set(outcome["killed"])
+    failed = [r for r in range(n) if r not in killed and codes[r] not in (0, SKIP_CODE)]
+    skipped = [r for r in range(n) if codes[r] == SKIP_CODE]
+    if not failed and not killed:
+        if skipped:
+            reason = (work / f"rank{skipped[0]}.skip")
+            text = reason.read_text(errors="replace").strip() if reason.exists() else "skipped"
+            if len(skipped) == n:
+                pytest.skip(f"{text} (on every rank)")
+            pytest.fail(f"ranks {skipped} skipped ({text}) but ranks "
+                        f"{[r for r in range(n) if r not in skipped]} ran: skip on every rank or none",
+                        pytrace=False)
+        return
+    parts = []
+    if outcome["timed_out"]:
+        parts.append(f"timed out after {timeout:g} s (@pytest.mark.ranks(..., timeout=...)): rank(s) "
+                     f"{', '.join(map(str, sorted(killed)))} of {n} still running were killed; their Python "
+                     "stacks and output are below")
+    else:
+        parts.append(f"{len(failed)} of {n} ranks failed (rank{'s' if len(failed) > 1 else ''} "
+                     f"{', '.join(map(str, failed))})")
+
+    def echo(r: int) -> bool:  # a rank that only reports a peer's failure
+        tb = work / f"rank{r}.traceback"
+        return tb.exists() and "gocl.errors.RemoteError:" in tb.read_text(errors="replace")
+
+    # The cause first: ranks that failed on their own, then those that saw a peer fail.
+    for r in sorted(failed, key=echo):
+        tb_file = work / f"rank{r}.traceback"
+        header = f"---------------- rank {r} failed ({_describe(codes[r])}) ----------------"
+        if tb_file.exists():
+            parts.append(f"{header}\n{tb_file.read_text(errors='replace').rstrip()}")
+        else:
+            parts.append(f"{header}\nno Python exception (the process exited or crashed); its last output:\n"
+                         f"{_tail(work / f'rank{r}.log')}")
+    for r in sorted(killed):
+        why = ("at the timeout" if outcome["timed_out"]
+               else f"{FAIL_GRACE:g} s after rank {outcome['first_failed']} failed")
+        parts.append(f"---------------- rank {r} killed {why}; its last output ----------------\n"
+                     f"{_tail(work / f'rank{r}.log')}")
+    pytest.fail("\n".join(parts), pytrace=False)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    marker = pyfuncitem.get_closest_marker("ranks")
+    if marker is None:
+        return None
+    n, timeout = _marker_args(pyfuncitem, marker)
+    run_ranks(pyfuncitem, n, timeout)
+    return True
