@@ -1,0 +1,152 @@
+"""gocl as a ``torch.distributed`` backend named ``"gocl"``.
+
+Registration is cheap and safe: it imports ``torch.distributed`` (never at
+the import of this module), records a creator function with
+``dist.Backend.register_backend`` and does nothing else. In particular it
+never loads libgocl.so: the Go runtime starts threads when it loads, and a
+process that forks afterwards (DataLoader workers, ``multiprocessing`` with
+the fork start method) cannot use it. The library loads when a process
+group is created, in the process that creates it.
+
+Three ways in, all idempotent:
+
+* ``import torch`` alone: torch >= 2.5 calls :func:`_autoload` through the
+  ``torch.backends`` entry point of the installed gocl package.
+* ``import gocl``: calls :func:`register_when_torch_imported`, which
+  registers at once if torch is already imported, else right after torch
+  finishes importing.
+* explicitly: ``gocl.torch_backend.register()``.
+
+Then ``dist.init_process_group("gocl")`` works under torchrun / env://.
+
+Which implementation torch gets (see ``_frontends``): a Python subclass of
+c10d's ``Backend`` when the installed torch dispatches C++ calls to Python
+overrides of it (the "PyBackend" trampoline, torch >= 2.14 builds), else a
+``dist.ProcessGroup`` subclass (torch 2.5 ... 2.13). Set
+``GOCL_TORCH_IMPL=processgroup`` or ``=backend`` to force one.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import warnings
+
+BACKEND_NAME = "gocl"
+DEVICES = ("cpu", "cuda")
+
+_lock = threading.Lock()
+_hook_installed = False
+
+__all__ = ["BACKEND_NAME", "register", "is_registered", "register_when_torch_imported"]
+
+
+def is_registered() -> bool:
+    """Whether torch.distributed knows the "gocl" backend in this process."""
+    if "torch.distributed" not in sys.modules:
+        return False
+    dist = sys.modules["torch.distributed"]
+    backend = getattr(dist, "Backend", None)
+    if backend is None:
+        return False
+    plugins = getattr(backend, "_plugins", {})
+    return BACKEND_NAME.upper() in plugins or BACKEND_NAME in getattr(backend, "backend_list", ())
+
+
+def register() -> bool:
+    """Register "gocl" with torch.distributed. Returns True if this call
+    registered it, False if it already was (or torch has no distributed
+    support). Never loads libgocl.so."""
+    import torch.distributed as dist  # noqa: PLC0415  (lazy on purpose)
+
+    if not dist.is_available():
+        return False
+    with _lock:
+        if is_registered():
+            return False
+        dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True, devices=list(DEVICES))
+        return True
+
+
+def _create_backend(dist_backend_opts, backend_options=None):
+    """The creator torch calls for every group that uses "gocl" (the
+    default group and each new_group), on member ranks only."""
+    from . import _frontends  # noqa: PLC0415  (imports torch; loads gocl when the group is built)
+
+    return _frontends.create(dist_backend_opts, backend_options)
+
+
+def _autoload() -> None:
+    """Entry point ``torch.backends: gocl = "gocl.torch_backend:_autoload"``.
+
+    torch calls it from inside ``import torch``; an exception here would
+    break every ``import torch`` on the machine, so failures become a warning.
+    """
+    try:
+        register()
+    except Exception as exc:  # pragma: no cover - defensive, see docstring
+        warnings.warn(f"gocl: could not register the torch.distributed backend 'gocl': {exc!r}",
+                      RuntimeWarning, stacklevel=2)
+
+
+def register_when_torch_imported() -> None:
+    """Register now if torch is imported, else as soon as it is.
+
+    Importing gocl must not import torch (it takes seconds and most numpy
+    users do not need it). If torch is not imported yet, a one-shot import
+    hook registers right after ``import torch`` completes. An installed gocl
+    gets the same from torch's own entry-point autoload; the hook covers
+    source checkouts (PYTHONPATH) and TORCH_DEVICE_BACKEND_AUTOLOAD=0.
+    """
+    global _hook_installed
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "distributed"):
+        _autoload()
+        return
+    with _lock:
+        if _hook_installed:
+            return
+        _hook_installed = True
+        sys.meta_path.insert(0, _TorchImportHook())
+
+
+class _TorchImportHook:
+    """A meta path finder that only watches for the top-level ``torch``
+    module: it lets the normal finders build the spec, then wraps the
+    loader's exec_module so registration runs once torch's ``__init__`` has
+    finished. It removes itself on first use."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torch":
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        import importlib.util  # noqa: PLC0415
+
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader = spec.loader
+        original = loader.exec_module
+
+        def exec_module(module):
+            original(module)
+            try:
+                del loader.exec_module  # back to the class's method
+            except AttributeError:
+                pass
+            _autoload()
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def __getattr__(name):
+    # The classes live in _frontends, which imports torch: load on demand.
+    if name in ("ProcessGroupGocl", "GoclBackend", "implementation"):
+        from . import _frontends  # noqa: PLC0415
+
+        return getattr(_frontends, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,759 @@
+"""One process group's gocl communicator and every c10d operation on it.
+
+The front ends in ``_frontends`` (a c10d ``Backend`` subclass or a
+``ProcessGroup`` subclass, depending on the torch version) only forward to
+an :class:`Engine`. Each operation builds a :class:`Task` whose ``issue``
+stages tensors to host memory (see ``_staging``) and makes the gocl calls,
+and whose ``finish`` copies results back; the group's :class:`Executor`
+runs them in order.
+
+What gocl lacks is built here from what it has:
+
+* bitwise reductions (BAND/BOR/BXOR on integers): gocl has no bitwise
+  op, so every rank's data is gathered (all_gather / gather / all_to_all)
+  and reduced locally with torch's bitwise functions;
+* uneven all_to_all_single splits, all_to_all / all_gather with tensors
+  of different sizes, gather and scatter: grouped send/recv inside one
+  goclGroupStart/End (gocl's own alltoall takes equal counts only);
+* bool as uint8 0/1 with SUM/MAX = or and PRODUCT/MIN = and (as NCCL);
+  complex as the real view, for SUM/AVG/PREMUL_SUM (real factor) only;
+* every dtype moves as raw bytes in data-movement collectives.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import (
+    AllgatherOptions,
+    AllreduceCoalescedOptions,
+    AllreduceOptions,
+    AllToAllOptions,
+    BarrierOptions,
+    BroadcastOptions,
+    GatherOptions,
+    ReduceOptions,
+    ReduceScatterOptions,
+    ScatterOptions,
+)
+
+from .. import _core
+from . import _types
+from ._staging import Host, as_bytes, copy_out, overlaps
+from ._work import Executor, GoclWork, Task
+
+log = logging.getLogger("gocl.torch")
+
+U8 = _core.UINT8
+_SIGNED_TWIN = {}
+for _u, _s in (("uint32", torch.int32), ("uint64", torch.int64)):
+    if hasattr(torch, _u):
+        _SIGNED_TWIN[getattr(torch, _u)] = _s
+
+
+def _uid_key(group_id: str, global_ranks: list[int]) -> str:
+    """Store key of a group's unique id. The store torch hands the creator
+    is already prefixed per group and device; the group's global ranks make
+    the key self-describing in store dumps and logs."""
+    ranks = ",".join(map(str, global_ranks))
+    if len(ranks) > 64:
+        ranks = f"{global_ranks[0]}..{global_ranks[-1]}({len(global_ranks)})"
+    return f"gocl/unique_id/{group_id}/[{ranks}]"
+
+
+def connect(store, rank: int, size: int, timeout, global_ranks: list[int], group_id: str) -> _core.Comm:
+    """Create this rank's gocl communicator for a group: rank 0 of the group
+    makes the unique id and publishes it in the store; the others wait for
+    it (up to the group timeout), then everyone joins."""
+    key = _uid_key(group_id, global_ranks)
+    if rank == 0:
+        uid = _core.unique_id()
+        store.set(key, uid)
+    else:
+        try:
+            store.wait([key], timeout)
+        except Exception as exc:  # noqa: BLE001
+            raise RuntimeError(
+                f"gocl: rank {rank} of group {group_id!r} (global rank {global_ranks[rank]}) waited "
+                f"{timeout} for the group's rank 0 (global rank {global_ranks[0]}) to publish the "
+                f"gocl unique id under store key {key!r}: {exc}") from exc
+        uid = store.get(key)
+    if len(uid) != 128:
+        raise RuntimeError(f"gocl: store key {key!r} holds {len(uid)} bytes, not a 128-byte gocl unique id")
+    return _core.Comm.init_rank(bytes(uid), size, rank)
+
+
+def _async(opts) -> bool:
+    # opts.asyncOp exists on torch >= 2.8 for most options; without it we
+    # cannot tell and run inline when idle (the Work is then already done).
+    return bool(getattr(opts, "asyncOp", False))
+
+
+class Engine:
+    """A group's communicator, its executor, and the c10d operations."""
+
+    def __init__(self, comm: _core.Comm, rank: int, size: int, global_ranks: list[int], group_id: str):
+        self.comm = comm
+        self.rank = rank
+        self.size = size
+        self.global_ranks = global_ranks
+        self.group_id = group_id
+        self.executor = Executor(f"{group_id}:{rank}")
+        self._shut = False
+
+    @classmethod
+    def create(cls, store, rank, size, timeout, global_ranks, group_id) -> "Engine":
+        comm = connect(store, rank, size, timeout, global_ranks, group_id)
+        log.debug("gocl: group %r rank %d/%d (global ranks %s) ready", group_id, rank, size, global_ranks)
+        return cls(comm, rank, size, global_ranks, group_id)
+
+    # ------------------------------------------------------------ helpers
+    def _where(self) -> str:
+        return f"group {self.group_id!r} rank {self.rank} (global rank {self.global_ranks[self.rank]})"
+
+    def _err(self, what: str) -> ValueError:
+        return ValueError(f"gocl {what} on {self._where()}")
+
+    def _one(self, tensors, what: str):
+        if len(tensors) != 1:
+            raise self._err(f"{what}: expected one tensor per process, got {len(tensors)} "
+                            "(multi-device lists are not supported)")
+        return tensors[0]
+
+    def _submit(self, task: Task, opts, async_op: bool | None = None) -> GoclWork:
+        return self.executor.submit(task, _async(opts) if async_op is None else async_op)
+
+    def _reduction(self, dtype, op):
+        return _types.reduction(dtype, op, self.rank)
+
+    def _check_root(self, root: int, what: str) -> int:
+        if not 0 <= root < self.size:
+            raise self._err(f"{what}: root {root} is not a rank of this group of {self.size}")
+        return root
+
+    def _check_peer(self, peer: int, what: str) -> int:
+        if not 0 <= peer < self.size:
+            raise self._err(f"{what}: peer {peer} is not a rank of this group of {self.size}")
+        return peer
+
+    @staticmethod
+    def _red_view(t: torch.Tensor, red: _types.Reduction) -> torch.Tensor:
+        """The flat view gocl reduces (bool -> uint8, complex -> real pairs)."""
+        if red.view is None:
+            return t.reshape(-1)
+        if t.dtype.is_complex:
+            return torch.view_as_real(t).reshape(-1)
+        return t.reshape(-1).view(red.view)
+
+    def _reduce_call(self, red: _types.Reduction, call) -> None:
+        """Run call(op) with the gocl op for red, creating (and freeing) a
+        PreMulSum op when needed. gocl resolves the op when the call is made
+        or recorded, so freeing right after is safe inside a group too."""
+        if red.kind != "premul":
+            call(red.gocl_op)
+            return
+        op = self.comm.premul_sum(_types.scalar_bytes(red.factor, red.gocl_dtype), red.gocl_dtype)
+        try:
+            call(op)
+        finally:
+            self.comm.destroy_op(op)
+
+    @staticmethod
+    def _local_reduce(rows: torch.Tensor, red: _types.Reduction, dtype) -> torch.Tensor:
+        """Reduce rows (ranks x elements) of dtype with a torch bitwise function."""
+        rows = rows.view(dtype)
+        twin = _SIGNED_TWIN.get(dtype)
+        if twin is not None:  # same bits; torch lacks bitwise kernels for uint32/64
+            rows = rows.view(twin)
+        fn = getattr(torch, red.local)
+        out = functools.reduce(fn, rows.unbind(0))
+        return out.view(dtype) if twin is not None else out
+
+    def _consecutive(self, tensors, nbytes: int):
+        """The address of tensors if they are host-direct and lie back to back
+        (e.g. all_gather_object's views of one buffer), else None."""
+        if not tensors:
+            return None
+        from ._staging import _direct  # noqa: PLC0415
+
+        base = tensors[0].data_ptr() if _direct(tensors[0]) else None
+        if base is None:
+            return None
+        for i, t in enumerate(tensors):
+            if not _direct(t) or t.numel() * t.element_size() != nbytes or t.data_ptr() != base + i * nbytes:
+                return None
+        return base
+
+    # ------------------------------------------------------------ allreduce
+    def _allreduce_steps(self, t: torch.Tensor, red: _types.Reduction):
+        st = {}
+        if red.kind == "bitwise":
+            def issue():
+                h = st["h"] = Host(t)
+                n = h.nbytes
+                tmp = st["tmp"] = torch.empty(self.size * n, dtype=torch.uint8)
+                self.comm.all_gather(h.bytes().data_ptr(), tmp.data_ptr(), n, U8)
+
+            def finish():
+                h = st["h"]
+                out = self._local_reduce(st["tmp"].view(self.size, -1), red, t.dtype)
+                h.t.copy_(out.view(h.t.shape))
+                h.write_back()
+            return issue, finish
+
+        def issue():
+            h = st["h"] = Host(t)
+            v = self._red_view(h.t, red)
+            self._reduce_call(red, lambda op: self.comm.all_reduce(v.data_ptr(), v.data_ptr(), v.numel(),
+                                                                   red.gocl_dtype, op))
+
+        def finish():
+            st["h"].write_back()
+        return issue, finish
+
+    def allreduce(self, tensors, opts=None) -> GoclWork:
+        opts = opts if opts is not None else AllreduceOptions()
+        t = self._one(tensors, "allreduce")
+        red = self._reduction(t.dtype, opts.reduceOp)
+        issue, finish = self._allreduce_steps(t, red)
+        return self._submit(Task("allreduce", issue, finish, [t], [t]), opts)
+
+    def allreduce_coalesced(self, tensors, opts=None) -> GoclWork:
+        opts = opts if opts is not None else AllreduceCoalescedOptions()
+        tensors = list(tensors)
+        if not tensors:
+            return self._submit(Task("allreduce_coalesced", lambda: None), opts)
+        reds = [self._reduction(t.dtype, opts.reduceOp) for t in tensors]
+        dtypes = {t.dtype for t in tensors}
+        if len(dtypes) == 1 and reds[0].kind != "bitwise" and len(tensors) > 1:
+            # One flat buffer, one gocl call (DDP-style bucketing).
+            red = reds[0]
+            st = {}
+
+            def issue():
+                flat = st["flat"] = torch.cat([t.detach().reshape(-1).cpu() for t in tensors])
+                v = self._red_view(flat, red)
+                self._reduce_call(red, lambda op: self.comm.all_reduce(v.data_ptr(), v.data_ptr(), v.numel(),
+                                                                       red.gocl_dtype, op))
+
+            def finish():
+                off = 0
+                for t in tensors:
+                    n = t.numel()
+                    copy_out(t, st["flat"][off:off + n].view(t.shape))
+                    off += n
+            return self._submit(Task("allreduce_coalesced", issue, finish, tensors, tensors), opts)
+        steps = [self._allreduce_steps(t, r) for t, r in zip(tensors, reds)]
+        return self._submit(self._combined("allreduce_coalesced", steps, tensors, tensors), opts)
+
+    def _combined(self, name, steps, result, tensors) -> Task:
+        """One task running several (issue, finish) pairs inside one gocl group."""
+        def issue():
+            with _core.group():
+                for i, _ in steps:
+                    i()
+
+        def finish():
+            for _, f in steps:
+                if f is not None:
+                    f()
+        return Task(name, issue, finish, result, tensors)
+
+    # ------------------------------------------------------------ broadcast, reduce
+    def broadcast(self, tensors, opts=None) -> GoclWork:
+        opts = opts if opts is not None else BroadcastOptions()
+        t = self._one(tensors, "broadcast")
+        root = self._check_root(opts.rootRank, "broadcast")
+        st = {}
+
+        def issue():
+            h = st["h"] = Host(t, read=self.rank == root)
+            b = h.bytes()
+            self.comm.broadcast(b.data_ptr(), b.data_ptr(), b.numel(), U8, root)
+
+        def finish():
+            if self.rank != root:
+                st["h"].write_back()
+        return self._submit(Task("broadcast", issue, finish, [t], [t]), opts)
+
+    def _reduce_steps(self, send: torch.Tensor, out: torch.Tensor | None, red, root: int):
+        """Reduce send (every rank) into out (at root only; None elsewhere)."""
+        st = {}
+        me_root = self.rank == root
+        if red.kind == "bitwise":
+            def issue():
+                h = st["h"] = Host(send)
+                n = h.nbytes
+                tmp = st["tmp"] = torch.empty(self.size * n if me_root else 0, dtype=torch.uint8)
+                self.comm.gather(h.bytes().data_ptr(), tmp.data_ptr() if me_root else None, n, U8, root)
+
+            def finish():
+                if me_root:
+                    res = self._local_reduce(st["tmp"].view(self.size, -1), red, send.dtype)
+                    copy_out(out, res.view(out.shape))
+            return issue, finish
+
+        def issue():
+            h = st["h"] = Host(send)
+            if out is send or not me_root:
+                o = h
+            else:
+                o = Host(out, read=False)
+            st["o"] = o
+            sv = self._red_view(h.t, red)
+            ov = self._red_view(o.t, red)
+            self._reduce_call(red, lambda op: self.comm.reduce(sv.data_ptr(), ov.data_ptr(), sv.numel(),
+                                                               red.gocl_dtype, op, root))
+
+        def finish():
+            if me_root:
+                st["o"].write_back()
+        return issue, finish
+
+    def reduce(self, tensors, opts=None) -> GoclWork:
+        opts = opts if opts is not None else ReduceOptions()
+        t = self._one(tensors, "reduce")
+        root = self._check_root(opts.rootRank, "reduce")
+        red = self._reduction(t.dtype, opts.reduceOp)
+        issue, finish = self._reduce_steps(t, t, red, root)
+        return self._submit(Task("reduce", issue, finish, [t], [t]), opts)
+
+    # ------------------------------------------------------------ all-gather
+    def _same_shape_bytes(self, tensors, dtype, nbytes) -> bool:
+        return all(x.dtype == dtype and x.numel() * x.element_size() == nbytes for x in tensors)
+
+    def allgather(self, output_tensors, input_tensors, opts=None) -> GoclWork:
+        opts = opts if opts is not None else AllgatherOptions()
+        inp = self._one(input_tensors, "allgather")
+        outs = list(self._one(output_tensors, "allgather"))
+        if len(outs) != self.size:
+            raise self._err(f"allgather: the output list has {len(outs)} tensors for {self.size} ranks")
+        issue, finish = self._allgather_list_steps(outs, inp)
+        return self._submit(Task("allgather", issue, finish, [outs], [inp, *outs]), opts)
+
+    def _allgather_list_steps(self, outs, inp):
+        n = inp.numel() * inp.element_size()
+        st = {}
+        if self._same_shape_bytes(outs, inp.dtype, n):
+            def issue():
+                h = Host(inp)
+                base = self._consecutive(outs, n)
+                if base is None:
+                    tmp = st["tmp"] = torch.empty(self.size * n, dtype=torch.uint8)
+                    base = tmp.data_ptr()
+                lo, hi = base, base + self.size * n
+                p = h.t.data_ptr()
+                if n and p < hi and lo < p + n and p != base + self.rank * n:  # overlapping, not in place
+                    h = Host(inp, copy=True)
+                st["h"] = h
+                self.comm.all_gather(h.bytes().data_ptr(), base, n, U8)
+
+            def finish():
+                tmp = st.get("tmp")
+                if tmp is None:
+                    return
+                for i, o in enumerate(outs):
+                    copy_out(o, tmp[i * n:(i + 1) * n].view(o.dtype).view(o.shape))
+            return issue, finish
+
+        # Tensors of different sizes: every rank sends its input to every
+        # other rank and receives each peer's block into that peer's output.
+        if outs[self.rank].numel() != inp.numel() or any(o.dtype != inp.dtype for o in outs):
+            raise self._err("allgather: output tensors must have the input's dtype, and this rank's "
+                            "output the input's size")
+
+        def issue():
+            h = st["h"] = Host(inp)
+            hs = st["hs"] = [Host(o, read=False) for o in outs]
+            with _core.group():
+                for p in range(self.size):
+                    if p == self.rank:
+                        continue
+                    if n:
+                        self.comm.send(h.bytes().data_ptr(), n, U8, p)
+                    if hs[p].nbytes:
+                        self.comm.recv(hs[p].bytes().data_ptr(), hs[p].nbytes, U8, p)
+            as_bytes(hs[self.rank].t).copy_(h.bytes())
+
+        def finish():
+            for x in st["hs"]:
+                x.write_back()
+        return issue, finish
+
+    def allgather_coalesced(self, output_lists, input_tensors, opts=None) -> GoclWork:
+        opts = opts if opts is not None else AllgatherOptions()
+        if len(output_lists) != len(input_tensors):
+            raise self._err("allgather_coalesced: one output list per input tensor is needed")
+        steps = []
+        for outs, inp in zip(output_lists, input_tensors):
+            if len(outs) != self.size:
+                raise self._err(f"allgather_coalesced: an output list has {len(outs)} tensors for "
+                                f"{self.size} ranks")
+            steps.append(self._allgather_list_steps(list(outs), inp))
+        every = [x for outs in output_lists for x in outs] + list(input_tensors)
+        return self._submit(self._combined("allgather_coalesced", steps, list(output_lists), every), opts)
+
+    def _allgather_base_steps(self, out, inp):
+        if out.dtype != inp.dtype or out.numel() != self.size * inp.numel():
+            raise self._err(f"all_gather_into_tensor: output has {out.numel()} {out.dtype} elements, "
+                            f"expected {self.size} x {inp.numel()} {inp.dtype}")
+        st = {}
+
+        def issue():
+            o = st["o"] = Host(out, read=False)
+            h = Host(inp)
+            n = h.nbytes
+            if overlaps(h.t, o.t) and h.t.data_ptr() != o.t.data_ptr() + self.rank * n:
+                h = Host(inp, copy=True)
+            st["h"] = h
+            self.comm.all_gather(h.bytes().data_ptr(), o.bytes().data_ptr(), n, U8)
+
+        def finish():
+            st["o"].write_back()
+        return issue, finish
+
+    def all_gather_single(self, output, input, opts=None) -> GoclWork:  # noqa: A002
+        opts = opts if opts is not None else AllgatherOptions()
+        issue, finish = self._allgather_base_steps(output, input)
+        return self._submit(Task("all_gather_into_tensor", issue, finish, [output], [output, input]), opts)
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None) -> GoclWork:
+        opts = opts if opts is not None else AllgatherOptions()
+        if len(outputs) != len(inputs):
+            raise self._err("all_gather_into_tensor_coalesced: as many outputs as inputs are needed")
+        steps = [self._allgather_base_steps(o, i) for o, i in zip(outputs, inputs)]
+        return self._submit(self._combined("all_gather_into_tensor_coalesced", steps, list(outputs),
+                                           [*outputs, *inputs]), opts)
+
+    # ------------------------------------------------------------ reduce-scatter
+    def _reduce_scatter_flat_steps(self, out, src_fill, red, dtype):
+        """Reduce-scatter a flat host buffer made by src_fill() (size x n
+        elements of dtype) into out."""
+        st = {}
+        if red.kind == "bitwise":
+            def issue():
+                src = src_fill()
+                n = out.numel() * src.element_size()
+                tmp = st["tmp"] = torch.empty(self.size * n, dtype=torch.uint8)
+                st["src"] = src
+                self.comm.all_to_all(as_bytes(src).data_ptr(), tmp.data_ptr(), n, U8)
+
+            def finish():
+                res = self._local_reduce(st["tmp"].view(self.size, -1), red, dtype)
+                copy_out(out, res.view(out.shape))
+            return issue, finish
+
+        def issue():
+            src = st["src"] = src_fill()
+            o = Host(out, read=False)
+            if overlaps(src, o.t) and src.data_ptr() + self.rank * o.nbytes != o.t.data_ptr():
+                src = st["src"] = src.clone()
+            st["o"] = o
+            sv = self._red_view(src, red)
+            ov = self._red_view(o.t, red)
+            self._reduce_call(red, lambda op: self.comm.reduce_scatter(sv.data_ptr(), ov.data_ptr(), ov.numel(),
+                                                                       red.gocl_dtype, op))
+
+        def finish():
+            st["o"].write_back()
+        return issue, finish
+
+    def _reduce_scatter_base_steps(self, out, inp, op):
+        if out.dtype != inp.dtype or inp.numel() != self.size * out.numel():
+            raise self._err(f"reduce_scatter_tensor: input has {inp.numel()} {inp.dtype} elements, "
+                            f"expected {self.size} x {out.numel()} {out.dtype}")
+        red = self._reduction(inp.dtype, op)
+        return self._reduce_scatter_flat_steps(out, lambda: Host(inp).t, red, inp.dtype)
+
+    def reduce_scatter_single(self, output, input, opts=None) -> GoclWork:  # noqa: A002
+        opts = opts if opts is not None else ReduceScatterOptions()
+        issue, finish = self._reduce_scatter_base_steps(output, input, opts.reduceOp)
+        return self._submit(Task("reduce_scatter_tensor", issue, finish, [output], [output, input]), opts)
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None) -> GoclWork:
+        opts = opts if opts is not None else ReduceScatterOptions()
+        if len(outputs) != len(inputs):
+            raise self._err("reduce_scatter_tensor_coalesced: as many outputs as inputs are needed")
+        steps = [self._reduce_scatter_base_steps(o, i, opts.reduceOp) for o, i in zip(outputs, inputs)]
+        return self._submit(self._combined("reduce_scatter_tensor_coalesced", steps, list(outputs),
+                                           [*outputs, *inputs]), opts)
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None) -> GoclWork:
+        opts = opts if opts is not None else ReduceScatterOptions()
+        out = self._one(output_tensors, "reduce_scatter")
+        ins = list(self._one(input_tensors, "reduce_scatter"))
+        if len(ins) != self.size:
+            raise self._err(f"reduce_scatter: the input list has {len(ins)} tensors for {self.size} ranks")
+        if any(x.dtype != out.dtype for x in ins):
+            raise self._err("reduce_scatter: input tensors must have the output's dtype")
+        red = self._reduction(out.dtype, opts.reduceOp)
+        n = out.numel()
+        if all(x.numel() == n for x in ins):
+            def fill():
+                flat = torch.empty(self.size * n, dtype=out.dtype)
+                for i, x in enumerate(ins):
+                    flat[i * n:(i + 1) * n].view(x.shape).copy_(x)
+                return flat
+            issue, finish = self._reduce_scatter_flat_steps(out, fill, red, out.dtype)
+            return self._submit(Task("reduce_scatter", issue, finish, [out], [out, *ins]), opts)
+        # Uneven blocks: one reduce per rank (rank r is root of block r), in one group.
+        if ins[self.rank].numel() != n:
+            raise self._err("reduce_scatter: this rank's input block must have the output's size")
+        steps = [self._reduce_steps(x, out if r == self.rank else None, red, r) for r, x in enumerate(ins)]
+        return self._submit(self._combined("reduce_scatter", steps, [out], [out, *ins]), opts)
+
+    # ------------------------------------------------------------ all-to-all
+    def _p2p_exchange(self, sends, recvs) -> None:
+        """Grouped send/recv: sends[p] / recvs[p] are host byte tensors (or
+        None) for peer p; this rank's own block is copied locally."""
+        with _core.group():
+            for p in range(self.size):
+                if p == self.rank:
+                    continue
+                s, r = sends[p], recvs[p]
+                if s is not None and s.numel():
+                    self.comm.send(s.data_ptr(), s.numel(), U8, p)
+                if r is not None and r.numel():
+                    self.comm.recv(r.data_ptr(), r.numel(), U8, p)
+        s, r = sends[self.rank], recvs[self.rank]
+        if s is not None and r is not None and r.numel():
+            r.copy_(s)
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes,  # noqa: A002
+                          opts=None) -> GoclWork:
+        opts = opts if opts is not None else AllToAllOptions()
+        out, inp = output, input
+        if out.dtype != inp.dtype:
+            raise self._err(f"all_to_all_single: output dtype {out.dtype} != input dtype {inp.dtype}")
+        out_splits, in_splits = list(output_split_sizes or []), list(input_split_sizes or [])
+        st = {}
+        if not out_splits and not in_splits:
+            if inp.numel() % self.size or out.numel() != inp.numel():
+                raise self._err(f"all_to_all_single: {inp.numel()} input and {out.numel()} output elements "
+                                f"do not split evenly over {self.size} ranks")
+
+            def issue():
+                o = st["o"] = Host(out, read=False)
+                h = Host(inp)
+                if overlaps(h.t, o.t):
+                    h = Host(inp, copy=True)
+                st["h"] = h
+                self.comm.all_to_all(h.bytes().data_ptr(), o.bytes().data_ptr(), h.nbytes // self.size, U8)
+
+            def finish():
+                st["o"].write_back()
+            return self._submit(Task("all_to_all_single", issue, finish, [out], [out, inp]), opts)
+
+        in_splits = self._splits(in_splits, inp, "input")
+        out_splits = self._splits(out_splits, out, "output")
+        in_row = self._row_bytes(inp)
+        out_row = self._row_bytes(out)
+
+        def issue():
+            o = st["o"] = Host(out, read=False)
+            h = Host(inp)
+            if overlaps(h.t, o.t):
+                h = Host(inp, copy=True)
+            st["h"] = h
+            hb, ob = h.bytes(), o.bytes()
+            sends, recvs = [], []
+            si = so = 0
+            for p in range(self.size):
+                a, b = in_splits[p] * in_row, out_splits[p] * out_row
+                sends.append(hb[si:si + a])
+                recvs.append(ob[so:so + b])
+                si += a
+                so += b
+            if sends[self.rank].numel() != recvs[self.rank].numel():
+                raise self._err(f"all_to_all_single: this rank sends itself {sends[self.rank].numel()} bytes "
+                                f"but expects {recvs[self.rank].numel()}")
+            self._p2p_exchange(sends, recvs)
+
+        def finish():
+            st["o"].write_back()
+        return self._submit(Task("all_to_all_single", issue, finish, [out], [out, inp]), opts)
+
+    def _splits(self, splits, t, what):
+        rows = t.shape[0] if t.dim() > 0 else 1
+        if not splits:
+            if rows % self.size:
+                raise self._err(f"all_to_all_single: {what} dim 0 ({rows}) does not split evenly over "
+                                f"{self.size} ranks")
+            return [rows // self.size] * self.size
+        if len(splits) != self.size or sum(splits) != rows or any(s < 0 for s in splits):
+            raise self._err(f"all_to_all_single: {what} splits {splits} must be {self.size} sizes "
+                            f"summing to dim 0 ({rows})")
+        return splits
+
+    @staticmethod
+    def _row_bytes(t):
+        rows = t.shape[0] if t.dim() > 0 else 1
+        return (t.numel() // rows) * t.element_size() if rows else 0
+
+    def alltoall(self, output_tensors, input_tensors, opts=None) -> GoclWork:
+        opts = opts if opts is not None else AllToAllOptions()
+        outs, ins = list(output_tensors), list(input_tensors)
+        if len(outs) != self.size or len(ins) != self.size:
+            raise self._err(f"all_to_all: need {self.size} input and output tensors, got {len(ins)} and "
+                            f"{len(outs)}")
+        dtype = ins[0].dtype
+        if any(x.dtype != dtype for x in outs + ins):
+            raise self._err("all_to_all: every tensor must have the same dtype")
+        st = {}
+        n = ins[0].numel() * ins[0].element_size()
+        if self._same_shape_bytes(outs + ins, dtype, n):
+            def issue():
+                src = torch.empty(self.size * n, dtype=torch.uint8)
+                for i, x in enumerate(ins):
+                    src[i * n:(i + 1) * n].view(dtype).view(x.shape).copy_(x)
+                dst = st["dst"] = torch.empty(self.size * n, dtype=torch.uint8)
+                st["src"] = src
+                self.comm.all_to_all(src.data_ptr(), dst.data_ptr(), n, U8)
+
+            def finish():
+                dst = st["dst"]
+                for i, o in enumerate(outs):
+                    copy_out(o, dst[i * n:(i + 1) * n].view(dtype).view(o.shape))
+            return self._submit(Task("all_to_all", issue, finish, [outs], outs + ins), opts)
+
+        def issue():
+            hs = st["hs"] = [Host(x) for x in ins]
+            os_ = st["os"] = [Host(x, read=False) for x in outs]
+            self._p2p_exchange([h.bytes() for h in hs], [o.bytes() for o in os_])
+
+        def finish():
+            for o in st["os"]:
+                o.write_back()
+        return self._submit(Task("all_to_all", issue, finish, [outs], outs + ins), opts)
+
+    # ------------------------------------------------------------ gather, scatter
+    # Point-to-point inside one group: the same traffic as gocl's direct
+    # gather/scatter, and it also takes blocks of different sizes.
+    def gather(self, output_tensors, input_tensors, opts=None) -> GoclWork:
+        opts = opts if opts is not None else GatherOptions()
+        inp = self._one(input_tensors, "gather")
+        root = self._check_root(opts.rootRank, "gather")
+        me_root = self.rank == root
+        outs = list(output_tensors[0]) if (me_root and output_tensors) else []
+        if me_root and len(outs) != self.size:
+            raise self._err(f"gather: the root's output list has {len(outs)} tensors for {self.size} ranks")
+        if any(o.dtype != inp.dtype for o in outs):
+            raise self._err("gather: output tensors must have the input's dtype")
+        st = {}
+
+        def issue():
+            h = st["h"] = Host(inp)
+            if me_root:
+                os_ = st["os"] = [Host(o, read=False) for o in outs]
+                self._p2p_exchange([None] * self.rank + [h.bytes()] + [None] * (self.size - self.rank - 1),
+                                   [o.bytes() for o in os_])
+            else:
+                sends = [None] * self.size
+                sends[root] = h.bytes()
+                self._p2p_exchange(sends, [None] * self.size)
+
+        def finish():
+            for o in st.get("os", ()):
+                o.write_back()
+        return self._submit(Task("gather", issue, finish, [outs] if me_root else [], [inp, *outs]), opts)
+
+    def scatter(self, output_tensors, input_tensors, opts=None) -> GoclWork:
+        opts = opts if opts is not None else ScatterOptions()
+        out = self._one(output_tensors, "scatter")
+        root = self._check_root(opts.rootRank, "scatter")
+        me_root = self.rank == root
+        ins = list(input_tensors[0]) if (me_root and input_tensors) else []
+        if me_root and len(ins) != self.size:
+            raise self._err(f"scatter: the root's input list has {len(ins)} tensors for {self.size} ranks")
+        if any(x.dtype != out.dtype for x in ins):
+            raise self._err("scatter: input tensors must have the output's dtype")
+        st = {}
+
+        def issue():
+            o = st["o"] = Host(out, read=False)
+            if me_root:
+                hs = [Host(x) for x in ins]
+                st["hs"] = hs
+                recvs = [None] * self.size
+                recvs[root] = o.bytes()
+                self._p2p_exchange([h.bytes() for h in hs], recvs)
+            else:
+                recvs = [None] * self.size
+                recvs[root] = o.bytes()
+                self._p2p_exchange([None] * self.size, recvs)
+
+        def finish():
+            st["o"].write_back()
+        return self._submit(Task("scatter", issue, finish, [out], [out, *ins]), opts)
+
+    # ------------------------------------------------------------ point to point
+    # Tags are accepted and ignored: gocl matches a pair's messages in order.
+    def send(self, tensors, dstRank: int, tag: int = 0) -> GoclWork:  # noqa: N803
+        t = self._one(tensors, "send")
+        peer = self._check_peer(dstRank, "send")
+        st = {}
+
+        def issue():
+            h = st["h"] = Host(t)
+            self.comm.send(h.bytes().data_ptr(), h.nbytes, U8, peer)
+        return self.executor.submit(Task("send", issue, None, [t], [t], p2p=True), async_op=True)
+
+    def recv(self, tensors, srcRank: int, tag: int = 0) -> GoclWork:  # noqa: N803
+        t = self._one(tensors, "recv")
+        peer = self._check_peer(srcRank, "recv")
+        st = {}
+
+        def issue():
+            h = st["h"] = Host(t, read=False)
+            self.comm.recv(h.bytes().data_ptr(), h.nbytes, U8, peer)
+
+        def finish():
+            st["h"].write_back()
+        return self.executor.submit(Task("recv", issue, finish, [t], [t], p2p=True), async_op=True)
+
+    def recv_anysource(self, tensors, tag: int = 0):
+        raise NotImplementedError(f"gocl: recv from any source is not supported ({self._where()}): "
+                                  "gocl matches messages per peer; pass src")
+
+    # ------------------------------------------------------------ barrier
+    def barrier(self, opts=None) -> GoclWork:
+        opts = opts if opts is not None else BarrierOptions()
+        flag = torch.zeros(1, dtype=torch.uint8)
+
+        def issue():
+            self.comm.all_reduce(flag.data_ptr(), flag.data_ptr(), 1, U8, _core.MAX)
+        return self._submit(Task("barrier", issue, None, [flag]), opts)
+
+    def monitored_barrier(self, *args, **kwargs):
+        raise NotImplementedError("gocl: monitored_barrier is a Gloo feature; use barrier() (a dead or "
+                                  "stuck rank fails it on every rank after GOCL_TIMEOUT)")
+
+    # ------------------------------------------------------------ coalescing, lifetime
+    def start_coalescing(self) -> None:
+        self.executor.start_coalescing()
+
+    def end_coalescing(self) -> GoclWork:
+        return self.executor.end_coalescing(async_op=True)
+
+    def shutdown(self) -> None:
+        if self._shut:
+            return
+        self._shut = True
+        try:
+            self.executor.close()
+        finally:
+            self.comm.destroy()
+
+    def abort(self) -> None:
+        if self._shut:
+            return
+        self._shut = True
+        self.comm.abort()
+
+
+def debug_enabled() -> bool:
+    return os.environ.get("GOCL_DEBUG", "").upper() in ("INFO", "TRACE")

@@ -1,0 +1,315 @@
+"""Works, tasks and the per-group executor.
+
+Every c10d call becomes a :class:`Task`: ``issue`` makes the gocl calls
+(staging tensors to host first), ``finish`` runs once they are done (copies
+results back, finishes local reductions). Tasks of one group run one at a
+time in the order they were submitted:
+
+* a synchronous call (``async_op=False``, known from ``opts.asyncOp``) runs
+  inline on the caller's thread when nothing is queued, so the latency path
+  has no thread hand-off;
+* an asynchronous call (or any call while earlier work is still queued) goes
+  to the group's worker thread, and its Work completes later;
+* between start_coalescing and end_coalescing, tasks are collected and run
+  together inside one goclGroupStart/End (batch_isend_irecv);
+* queued point-to-point tasks (isend/irecv) wait a moment (GOCL_TORCH_P2P_WINDOW_MS,
+  default 2 ms) for company: consecutive ones run together in one gocl group,
+  so ``req = isend(next); recv(prev); req.wait()`` rings progress at any size
+  instead of each rank blocking in its send. A wait() on one of them, a
+  synchronous call or any collective behind them ends the wait at once.
+
+ctypes releases the GIL during each gocl call, so the worker's collectives
+overlap with Python and autograd work on other threads.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import os
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+from torch.futures import Future
+
+from .. import _core
+from ._staging import DeviceSync
+
+
+def _p2p_window() -> float:
+    try:
+        return max(0.0, float(os.environ.get("GOCL_TORCH_P2P_WINDOW_MS", "2"))) / 1000.0
+    except ValueError:
+        return 0.002
+
+
+class Task:
+    __slots__ = ("name", "issue", "finish", "result", "sync", "p2p")
+
+    def __init__(self, name, issue, finish=None, result=(), tensors=(), p2p=False):
+        self.name = name
+        self.issue = issue
+        self.finish = finish
+        self.result = list(result)
+        self.sync = DeviceSync(tensors)
+        self.p2p = p2p
+
+
+def run_tasks(tasks: list[Task]) -> None:
+    """Run tasks: one directly, several inside one gocl group."""
+    if len(tasks) == 1:
+        t = tasks[0]
+        with t.sync.on_streams():
+            t.issue()
+            if t.finish is not None:
+                t.finish()
+        return
+    syncs = [t.sync for t in tasks if t.sync.streams]
+    merged = DeviceSync()
+    for s in syncs:
+        for dev, stream in s.streams.items():
+            merged.streams.setdefault(dev, stream)
+    with merged.on_streams():
+        with _core.group():
+            for t in tasks:
+                t.issue()
+        for t in tasks:
+            if t.finish is not None:
+                t.finish()
+
+
+class GoclWork(dist.Work):
+    """A Work backed by a torch Future.
+
+    wait() re-raises the operation's error (Works made by
+    ``_create_work_from_future`` swallow it), takes an optional timeout
+    (a timedelta or seconds; zero means none, as in C++), and get_future()
+    gives the future DDP comm hooks chain on; its value is the list of
+    output tensors.
+    """
+
+    def __init__(self, future: Future, result, executor: "Executor | None" = None):
+        super().__init__()
+        self._future = future
+        self._result = result
+        self._executor = executor
+        self._done = threading.Event()
+        future.add_done_callback(lambda _f: self._done.set())
+
+    def wait(self, timeout=None) -> bool:
+        if self._executor is not None and not self._future.done():
+            self._executor.flush()
+        seconds = _seconds(timeout)
+        if seconds and not self._done.wait(seconds):
+            raise TimeoutError(f"gocl: operation did not complete within {seconds:g} s")
+        self._future.wait()  # raises the operation's error, if any
+        return True
+
+    def get_future(self) -> Future:
+        if self._executor is not None and not self._future.done():
+            self._executor.flush()
+        return self._future
+
+    def is_completed(self) -> bool:
+        return self._future.done()
+
+    def is_success(self) -> bool:
+        if not self._future.done():
+            return False
+        try:
+            self._future.value()
+        except Exception:  # noqa: BLE001
+            return False
+        return True
+
+    def exception(self):
+        if not self._future.done():
+            return None
+        try:
+            self._future.value()
+        except Exception as exc:  # noqa: BLE001
+            return exc
+        return None
+
+    def result(self):
+        self.wait()
+        return self._result
+
+    def synchronize(self):
+        self.wait()
+
+
+def _seconds(timeout) -> float:
+    if timeout is None:
+        return 0.0
+    if isinstance(timeout, datetime.timedelta):
+        return timeout.total_seconds()
+    return float(timeout)
+
+
+def completed_work(result) -> GoclWork:
+    f = Future()
+    f.set_result(result)
+    return GoclWork(f, result)
+
+
+class Executor:
+    """Runs one group's tasks in submission order (see module docstring)."""
+
+    def __init__(self, name: str):
+        self._name = name
+        self._mu = threading.Lock()
+        self._cv = threading.Condition(self._mu)
+        self._exec = threading.Lock()  # held while a task runs (inline or on the worker)
+        self._queue: collections.deque = collections.deque()
+        self._pending = 0  # submitted, not finished (inline ones included)
+        self._worker: threading.Thread | None = None
+        self._closed = False
+        self._batch: list | None = None  # tasks collected while coalescing
+        self._flush = False  # run queued point-to-point tasks now
+        self._window = _p2p_window()
+
+    # coalescing -----------------------------------------------------------
+    def start_coalescing(self) -> None:
+        with self._mu:
+            if self._batch is not None:
+                raise RuntimeError(f"gocl {self._name}: start_coalescing called twice without end_coalescing")
+            self._batch = []
+
+    def end_coalescing(self, async_op: bool = True) -> GoclWork:
+        with self._mu:
+            batch, self._batch = self._batch, None
+        if batch is None:
+            raise RuntimeError(f"gocl {self._name}: end_coalescing without start_coalescing")
+        tasks = [t for t, _ in batch]
+        futures = [(f, t.result) for t, f in batch]
+        result = [x for t in tasks for x in t.result]
+        if not tasks:
+            return completed_work([])
+
+        # one task running the whole batch in one group; completes every
+        # member's future too
+        def issue():
+            run_tasks(tasks)
+
+        combined = Task("coalesced", issue, result=result)
+        work = self._submit(combined, async_op, also=futures)
+        return work
+
+    # submission -----------------------------------------------------------
+    def submit(self, task: Task, async_op: bool) -> GoclWork:
+        with self._mu:
+            if self._batch is not None:
+                f = Future()
+                self._batch.append((task, f))
+                return GoclWork(f, task.result)
+        return self._submit(task, async_op)
+
+    def _submit(self, task: Task, async_op: bool, also=()) -> GoclWork:
+        with self._mu:
+            if self._closed:
+                raise RuntimeError(f"gocl {self._name}: the process group was shut down")
+            inline = not async_op and self._pending == 0
+            self._pending += 1
+            if inline:
+                self._exec.acquire()  # free: nothing is pending
+            else:
+                fut = Future()
+                self._queue.append((task, fut, also, time.monotonic()))
+                if not async_op:
+                    self._flush = True
+                self._ensure_worker()
+                self._cv.notify()
+        if inline:
+            try:
+                run_tasks([task])
+            except BaseException as exc:
+                for f, _ in also:
+                    f.set_exception(exc)
+                raise
+            finally:
+                self._exec.release()
+                self._done_one()
+            for f, res in also:
+                f.set_result(res)
+            return completed_work(task.result)
+        return GoclWork(fut, task.result, self)
+
+    def flush(self) -> None:
+        """Run queued point-to-point tasks without waiting for company."""
+        with self._mu:
+            if not self._flush:
+                self._flush = True
+                self._cv.notify_all()
+
+    def _done_one(self, n: int = 1) -> None:
+        with self._mu:
+            self._pending -= n
+            self._cv.notify_all()
+
+    def _ensure_worker(self) -> None:
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._loop, name=f"gocl-{self._name}", daemon=True)
+            self._worker.start()
+
+    def _next(self):
+        """Under _mu: wait for the next batch to run (None: closed). A batch is
+        one task, or every consecutive point-to-point task at the head."""
+        while True:
+            if not self._queue:
+                if self._closed:
+                    return None
+                self._flush = False
+                self._cv.wait()
+                continue
+            head = self._queue[0]
+            if head[0].p2p and not self._flush and not self._closed \
+                    and all(entry[0].p2p for entry in self._queue):
+                left = head[3] + self._window - time.monotonic()
+                if left > 0:
+                    self._cv.wait(left)
+                    continue
+            batch = [self._queue.popleft()]
+            if head[0].p2p:
+                while self._queue and self._queue[0][0].p2p:
+                    batch.append(self._queue.popleft())
+            if not self._queue:
+                self._flush = False
+            return batch
+
+    def _loop(self) -> None:
+        while True:
+            with self._mu:
+                batch = self._next()
+            if batch is None:
+                return
+            with self._exec:
+                try:
+                    run_tasks([entry[0] for entry in batch])
+                    err = None
+                except BaseException as exc:  # noqa: BLE001
+                    err = exc
+            self._done_one(len(batch))
+            for task, fut, also, _ in batch:
+                for f, res in ((fut, task.result), *also):
+                    if err is None:
+                        f.set_result(res)
+                    else:
+                        f.set_exception(err)
+
+    def drain(self) -> None:
+        """Wait until every submitted task has finished."""
+        with self._mu:
+            while self._pending:
+                self._cv.wait()
+
+    def close(self) -> None:
+        self.drain()
+        with self._mu:
+            self._closed = True
+            self._cv.notify_all()
+            worker = self._worker
+        if worker is not None and worker is not threading.current_thread():
+            worker.join()
