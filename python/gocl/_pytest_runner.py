@@ -75,6 +75,14 @@ def _resolve(module, attrs: list[str], is_class: bool):
     return fn
 
 
+def _is_skip(e: BaseException) -> bool:
+    try:
+        from _pytest.outcomes import Skipped
+    except ImportError:
+        return False
+    return isinstance(e, Skipped)
+
+
 _GOCL_DIR = str(Path(__file__).resolve().parent) + os.sep
 
 
@@ -109,7 +117,7 @@ def main(argv: list[str]) -> int:
         kwargs = pickle.loads(Path(spec["args"]).read_bytes())
         fn(**kwargs)
     except BaseException as e:  # noqa: BLE001 - everything is reported
-        if type(e).__name__ == "Skipped" and type(e).__module__.startswith("_pytest"):
+        if _is_skip(e):
             (results / f"rank{rank}.skip").write_text(str(e))
             return SKIP_CODE
         if isinstance(e, SystemExit) and e.code in (0, None):

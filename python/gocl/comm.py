@@ -543,7 +543,9 @@ class Communicator:
         """An array gocl only reads: anything array-like, copied if not C-contiguous."""
         if x is None:
             raise self._err(name, f"{arg} is None")
-        a = np.ascontiguousarray(x)
+        a = np.asarray(x)
+        if not a.flags.c_contiguous:
+            a = a.copy(order="C")  # (np.ascontiguousarray would turn 0-d into 1-d)
         if a.dtype.hasobject:
             raise self._err(name, f"{arg} has dtype {a.dtype}, which holds Python objects: gocl moves only raw data")
         return a
