@@ -49,6 +49,7 @@ type Verdict struct {
 // EnvAdvice is one variable of the recommended environment.
 type EnvAdvice struct {
 	Value string   `json:"value"`
+	Mode  string   `json:"mode"` // "set" (replace) or "append" (Value already holds the user's flags)
 	Rules []string `json:"rules"`
 	// UserValue is the value already in the environment, when there is one.
 	// Variables with mode "append" (XLA_FLAGS) already include it in Value.

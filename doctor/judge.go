@@ -125,8 +125,10 @@ func recommendEnv(kb *KB, findings []Finding, userEnv map[string]string) map[str
 				uv := uv
 				adv.UserValue = &uv
 			}
+			adv.Mode = "set"
 			switch e.Mode {
 			case "append":
+				adv.Mode = "append"
 				base := adv.Value
 				if base == "" && adv.UserValue != nil {
 					base = *adv.UserValue

@@ -195,7 +195,7 @@ func (r *Report) WriteText(w io.Writer, o TextOptions) {
 		}
 		lines := []string{strings.Join(parts, " · ")}
 		for _, d := range x.Devices {
-			lines = append(lines, fmt.Sprintf("device [%d] %s %s %s", d.ID, d.Platform, d.Kind, d.ComputeCapability))
+			lines = append(lines, fmt.Sprintf("device [%d] %s", d.ID, strings.Join(nonEmpty(d.Platform, d.Kind, prefixed("compute capability ", d.ComputeCapability)), " · ")))
 		}
 		if x.JAX != "" && x.Error != "" {
 			lines = append(lines, "error: "+firstLine(x.Error))
