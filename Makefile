@@ -5,13 +5,21 @@ BUILD   := build
 SOURCES := $(shell find capi runtime kernels -name '*.go' -o -name '*.c' -o -name '*.h') go.mod
 RPATH   := -Wl,-rpath,'$$ORIGIN'
 CFLAGS  := -O2 -Wall -Wextra -I$(BUILD)/include -Itests/c
+# Python: a uv-made .venv with gocl installed editable (extras torch, jax, test).
+PYTHON3 ?= python3
+UV      := $(PYTHON3) -m uv
+VENV    := .venv
+PY      := $(VENV)/bin/python
+PYLIB   := python/gocl/_native/libgocl.so
 
-.PHONY: help lib run test test-go test-race test-c fuzz bench mpi clean
+.PHONY: help lib run test test-go test-race test-c test-python venv pylib fuzz bench mpi clean
 
 help:
 	@echo "make run    - build, then a 4-rank allreduce benchmark over the C API with a correctness check (the main job)"
-	@echo "make test   - build, then every test: Go (unit, multi-process, -race), fuzz seeds, C API over 1..5 processes"
+	@echo "make test   - build, then every test: Go (unit, multi-process, -race), fuzz seeds, C API over 1..5 processes, Python"
 	@echo "make lib    - $(BUILD)/libgocl.so and $(BUILD)/include/gocl.h"
+	@echo "make venv   - $(VENV) (uv) with gocl installed editable, extras torch, jax, test; rebuilds $(PYLIB) when Go changes"
+	@echo "make test-python - the Python suite (numpy API, launcher, pytest plugin, packaging, torch backend) in $(VENV)"
 	@echo "make bench  - gocl vs OpenMPI allreduce side by side (installs OpenMPI from Debian if missing)"
 	@echo "make fuzz   - run each fuzz target for FUZZTIME (default 30s)"
 
@@ -21,6 +29,28 @@ $(BUILD)/libgocl.so: $(SOURCES)
 	@mkdir -p $(BUILD)
 	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -trimpath -o $@ ./capi
 	@rm -f $(BUILD)/libgocl.h  # cgo's generated header is internal; gocl.h is the API
+
+# The library the Python package loads (python/gocl/_native/, a build output).
+# Built beside it and renamed over it: a Python process that has the old one
+# mapped keeps it instead of crashing on a rewritten file.
+pylib: $(PYLIB)
+
+$(PYLIB): $(SOURCES)
+	@mkdir -p $(@D)
+	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -trimpath -o $(@D)/.tmp-libgocl.so ./capi
+	@rm -f $(@D)/.tmp-libgocl.h
+	@mv -f $(@D)/.tmp-libgocl.so $@
+
+# uv comes from PyPI when missing; an existing .venv is reused. The editable
+# install's build hook (hatch_build.py) builds $(PYLIB) too; the $(PYLIB) rule
+# keeps it fresh afterwards when only Go sources change.
+venv: $(VENV)/.gocl-installed $(PYLIB)
+
+$(VENV)/.gocl-installed: pyproject.toml hatch_build.py
+	@$(UV) --version >/dev/null 2>&1 || $(PYTHON3) -m pip install --quiet uv
+	@test -x $(PY) || $(UV) venv --python $(PYTHON3) $(VENV)
+	$(UV) pip install --python $(PY) -e ".[torch,jax,test]"
+	@touch $@
 
 $(BUILD)/include/gocl.h: capi/gocl.h
 	@mkdir -p $(BUILD)/include
@@ -42,7 +72,7 @@ $(BUILD)/mpi_allreduce_perf: bench/mpi_allreduce_perf.c
 run: $(BUILD)/allreduce_perf
 	$(BUILD)/allreduce_perf -n 4 -b 8 -e 64M -f 4 -c 1
 
-test: test-go test-race test-c
+test: test-go test-race test-c test-python
 
 test-go:
 	$(GO) vet ./...
@@ -57,6 +87,9 @@ test-c: $(BUILD)/gocl_test $(BUILD)/fork_test
 	for n in 1 2 3 4 5; do $(BUILD)/gocl_test -n $$n || exit 1; done
 	$(BUILD)/gocl_test -n 3 --kill-rank 1
 
+test-python: venv
+	$(PY) -m pytest tests/python -q
+
 FUZZTIME ?= 30s
 fuzz:
 	$(GO) test -run XXX -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./runtime/wire
@@ -70,4 +103,4 @@ mpi:
 	command -v mpicc >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin libopenmpi-dev)
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) python/gocl/_native
