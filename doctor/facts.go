@@ -32,7 +32,7 @@ type Finding struct {
 	Message     string            `json:"message"`
 	Fix         string            `json:"fix"`
 	Explanation string            `json:"explanation,omitempty"`
-	Env         map[string]string `json:"env"`
+	Env         map[string]string `json:"env,omitempty"`
 	Refs        []string          `json:"refs,omitempty"`
 }
 
