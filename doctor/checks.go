@@ -30,21 +30,21 @@ func (j *judge) checkNVML() outcome {
 	var o outcome
 	status := strings.TrimPrefix(nv.Status, "ERROR_")
 	if nv.Status == "ERROR_LIBRARY_NOT_FOUND" {
-		evidence, source := "", ""
+		evidence := ""
 		switch {
 		case j.f.Kernel != nil && len(j.f.Kernel.DevNodes) > 0:
-			evidence, source = strings.Join(j.f.Kernel.DevNodes, ", ")+" exist", "the device nodes"
-			if len(j.gpus) > 0 {
-				source = j.gpus[0].Source
-			}
+			evidence = strings.Join(j.f.Kernel.DevNodes, ", ") + " exist"
 		case len(j.gpus) > 0:
 			evidence = fmt.Sprintf("%s sees %d GPU(s)", j.gpus[0].Source, len(j.gpus))
-			source = j.gpus[0].Source
+		}
+		consequence := "No GPU facts are available"
+		if len(j.gpus) > 0 {
+			consequence = "GPU facts come from " + j.gpus[0].Source + " only"
 		}
 		if evidence == "" {
 			o.add("nvml-missing", map[string]any{"Status": status})
 		} else {
-			o.add("nvml-missing-with-gpu", map[string]any{"Status": status, "Evidence": evidence, "Source": source})
+			o.add("nvml-missing-with-gpu", map[string]any{"Status": status, "Evidence": evidence, "Consequence": consequence})
 		}
 		return o
 	}
@@ -264,7 +264,6 @@ func (j *judge) checkDriver() outcome {
 				n.why = fmt.Sprintf("A driver older than %s cannot run any CUDA %d.x program: torch reports 'The NVIDIA driver on your system is too old' and torch.cuda.is_available() is False.", floorRaw(floor, known), wheel.Major())
 			case len(needs) > 0: // the GPU itself already needs a newer driver
 				n.hard = true
-				n.why = "This GPU needs the newer driver whatever the wheel."
 			}
 			if n.hard {
 				needs = append(needs, n)
@@ -280,7 +279,9 @@ func (j *judge) checkDriver() outcome {
 		torchHard := false
 		for _, n := range needs {
 			whats = append(whats, n.what)
-			whys = appendOnce(whys, n.why)
+			if n.why != "" {
+				whys = appendOnce(whys, n.why)
+			}
 			if min.Less(n.min) {
 				min = n.min
 			}
@@ -486,7 +487,11 @@ func (j *judge) checkP2P() outcome {
 		return o
 	}
 	if len(p2pPairs) > 0 {
-		return pass("P2P on %s with IOMMU %s and no ACS redirection", strings.Join(p2pPairs, ", "), j.f.Kernel.IOMMU)
+		iommu := "unknown"
+		if j.f.Kernel != nil {
+			iommu = j.f.Kernel.IOMMU
+		}
+		return pass("P2P on %s with IOMMU %s and no ACS redirection", strings.Join(p2pPairs, ", "), iommu)
 	}
 	return pass("no consumer/workstation PCIe GPU pair (NVLink or datacenter GPUs)")
 }
@@ -500,14 +505,21 @@ func (j *judge) p2pHazards(gs []gpuView) (unsafe, unknown, rootFix []string) {
 	}
 	translated := false
 	groupKnown := true
+	var dmaGPUs []string
+	dmaTypes := map[string]bool{}
 	for _, g := range gs {
 		switch g.IOMMUGroupType {
 		case "DMA", "DMA-FQ":
-			unsafe = append(unsafe, fmt.Sprintf("the IOMMU translates GPU %d's DMA (iommu group type %s)", g.Index, g.IOMMUGroupType))
+			dmaGPUs = append(dmaGPUs, fmt.Sprint(g.Index))
+			dmaTypes[g.IOMMUGroupType] = true
 			translated = true
 		case "":
 			groupKnown = false
 		}
+	}
+	if translated {
+		unsafe = append(unsafe, fmt.Sprintf("the IOMMU translates the DMA of GPU %s (iommu group type %s)",
+			strings.Join(dmaGPUs, ", "), strings.Join(sortedKeys(dmaTypes), "/")))
 	}
 	if !groupKnown && !translated {
 		switch k.IOMMU {
@@ -617,7 +629,9 @@ func (j *judge) checkJAX() outcome {
 		}
 	}
 	gpuBackend := x.Backend == "gpu" || x.Backend == "cuda"
-	if len(j.f.GPUs) > 0 && !gpuBackend && (plugin == "" || x.Backend != "") {
+	platforms, pinned := j.f.Env["JAX_PLATFORMS"]
+	cpuByChoice := pinned && !strings.Contains(platforms, "cuda") && !strings.Contains(platforms, "gpu")
+	if len(j.f.GPUs) > 0 && !gpuBackend && !cpuByChoice && (plugin == "" || x.Backend != "") {
 		o.add("jax-no-gpu", map[string]any{"JAX": x.JAX, "Backend": orUnknown(x.Backend), "Count": len(j.f.GPUs),
 			"Error": firstLineOrEmpty(x.Error), "Python": j.python(), "Variant": variant})
 	}

@@ -320,6 +320,14 @@ var scenarios = []scenario{
 		want:   []string{"jax-no-gpu"}, wantNot: []string{"jax-memory-sharing", "jax-blackwell-autotune"},
 	},
 	{
+		name: "JAX on CPU by choice (JAX_PLATFORMS=cpu)", fixture: "h100-torch-cu126.json",
+		mutate: func(f *Facts) {
+			f.JAX = &JAX{JAX: "0.7.2", JAXLib: "0.7.2", Backend: "cpu"}
+			f.Env["JAX_PLATFORMS"] = "cpu"
+		},
+		wantNot: []string{"jax-no-gpu"},
+	},
+	{
 		name: "NVML error other than a missing library", fixture: "h100-torch-cu126.json",
 		mutate: func(f *Facts) {
 			f.NVML = &NVMLInfo{Status: "ERROR_LIB_RM_VERSION_MISMATCH", Error: "RM has detected an NVML/RM version mismatch."}
