@@ -162,10 +162,11 @@ class Engine:
         finally:
             self.comm.destroy_op(op)
 
-    @staticmethod
-    def _local_reduce(rows: torch.Tensor, red: _types.Reduction, dtype) -> torch.Tensor:
-        """Reduce rows (ranks x elements) of dtype with a torch bitwise function."""
-        rows = rows.view(dtype)
+    def _local_reduce(self, gathered: torch.Tensor, red: _types.Reduction, dtype) -> torch.Tensor:
+        """Reduce gathered bytes (one block per rank) of dtype with a torch
+        bitwise function; returns a flat tensor of dtype."""
+        flat = gathered.view(dtype)
+        rows = flat.view(self.size, flat.numel() // self.size)
         twin = _SIGNED_TWIN.get(dtype)
         if twin is not None:  # same bits; torch lacks bitwise kernels for uint32/64
             rows = rows.view(twin)
@@ -200,7 +201,7 @@ class Engine:
 
             def finish():
                 h = st["h"]
-                out = self._local_reduce(st["tmp"].view(self.size, -1), red, t.dtype)
+                out = self._local_reduce(st["tmp"], red, t.dtype)
                 h.t.copy_(out.view(h.t.shape))
                 h.write_back()
             return issue, finish
@@ -293,7 +294,7 @@ class Engine:
 
             def finish():
                 if me_root:
-                    res = self._local_reduce(st["tmp"].view(self.size, -1), red, send.dtype)
+                    res = self._local_reduce(st["tmp"], red, send.dtype)
                     copy_out(out, res.view(out.shape))
             return issue, finish
 
@@ -443,7 +444,7 @@ class Engine:
                 self.comm.all_to_all(as_bytes(src).data_ptr(), tmp.data_ptr(), n, U8)
 
             def finish():
-                res = self._local_reduce(st["tmp"].view(self.size, -1), red, dtype)
+                res = self._local_reduce(st["tmp"], red, dtype)
                 copy_out(out, res.view(out.shape))
             return issue, finish
 

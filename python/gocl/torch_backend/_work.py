@@ -12,11 +12,14 @@ time in the order they were submitted:
   to the group's worker thread, and its Work completes later;
 * between start_coalescing and end_coalescing, tasks are collected and run
   together inside one goclGroupStart/End (batch_isend_irecv);
-* queued point-to-point tasks (isend/irecv) wait a moment (GOCL_TORCH_P2P_WINDOW_MS,
-  default 2 ms) for company: consecutive ones run together in one gocl group,
-  so ``req = isend(next); recv(prev); req.wait()`` rings progress at any size
-  instead of each rank blocking in its send. A wait() on one of them, a
-  synchronous call or any collective behind them ends the wait at once.
+* queued point-to-point tasks (isend/irecv) wait for company before they
+  run: consecutive ones run together in one gocl group, so
+  ``req = isend(next); recv(prev); req.wait()`` or ``irecv; isend; wait``
+  rings progress at any size instead of each rank blocking in its first
+  call. They run as soon as one of their Works is waited on (or its future
+  asked for), a synchronous call or any collective is queued behind them,
+  the group is destroyed, or GOCL_TORCH_P2P_WINDOW_MS (default 50 ms) passes
+  (so a send nobody waits for still goes out).
 
 ctypes releases the GIL during each gocl call, so the worker's collectives
 overlap with Python and autograd work on other threads.
@@ -40,9 +43,9 @@ from ._staging import DeviceSync
 
 def _p2p_window() -> float:
     try:
-        return max(0.0, float(os.environ.get("GOCL_TORCH_P2P_WINDOW_MS", "2"))) / 1000.0
+        return max(0.0, float(os.environ.get("GOCL_TORCH_P2P_WINDOW_MS", "50"))) / 1000.0
     except ValueError:
-        return 0.002
+        return 0.05
 
 
 class Task:
@@ -113,6 +116,8 @@ class GoclWork(dist.Work):
         return self._future
 
     def is_completed(self) -> bool:
+        if self._executor is not None and not self._future.done():
+            self._executor.flush()
         return self._future.done()
 
     def is_success(self) -> bool:
@@ -302,6 +307,8 @@ class Executor:
     def drain(self) -> None:
         """Wait until every submitted task has finished."""
         with self._mu:
+            self._flush = True
+            self._cv.notify_all()
             while self._pending:
                 self._cv.wait()
 
