@@ -17,6 +17,7 @@ var nvmlErrorFixes = map[string]string{
 	"ERROR_DRIVER_NOT_LOADED":       "The nvidia kernel module is not loaded: sudo modprobe nvidia, and read dmesg for why it failed (an unsigned module under Secure Boot is a common cause).",
 	"ERROR_NO_PERMISSION":           "This user cannot open /dev/nvidia*: add it to the group that owns them (ls -l /dev/nvidia*), or fix the udev rules / container device list.",
 	"ERROR_GPU_IS_LOST":             "A GPU fell off the bus: read dmesg (Xid 79), check power and cooling, and reboot.",
+	"ERROR_NOT_BUILT":               "This gocl-doctor was built with CGO_ENABLED=0, so it has no NVML: rebuild it with cgo (CGO_ENABLED=1 go build ./cmd/gocl-doctor) or install gocl from a wheel.",
 }
 
 func (j *judge) checkNVML() outcome {
