@@ -144,20 +144,19 @@ def launch(cmd: Sequence[str], nprocs: int, *, master_addr: str = "127.0.0.1", m
             old[s] = signal.signal(s, forward)
     try:
         for r in range(nprocs):
-            pipe = subprocess.PIPE if prefix else None
             try:
                 p = subprocess.Popen(cmd, env=rank_env(r, nprocs, master_addr, port), stdin=subprocess.DEVNULL,
-                                     stdout=pipe, stderr=pipe, start_new_session=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
             except OSError as e:
                 say(f"cannot start rank {r}: {cmd[0]}: {e}")
                 for q in procs:
                     _signal_group(q, signal.SIGKILL)
                 return 127
             procs.append(p)
-            if prefix:
-                tag = f"[rank {r}] ".encode()
-                pumps.append(_Output(p.stdout, out, tag, lock))
-                pumps.append(_Output(p.stderr, err, tag, lock))
+            # Copied a line at a time (whole lines, never two ranks' bytes interleaved).
+            tag = f"[rank {r}] ".encode() if prefix else b""
+            pumps.append(_Output(p.stdout, out, tag, lock))
+            pumps.append(_Output(p.stderr, err, tag, lock))
 
         failed: tuple[int, int] | None = None
         while True:

@@ -575,3 +575,18 @@ def test_import_gocl_does_not_load_the_library():
     assert "numpy" not in subprocess.run(
         [sys.executable, "-c", "import gocl, sys; print(sorted(m for m in sys.modules if m.startswith('numpy')))"],
         capture_output=True, text=True, timeout=60).stdout.replace("[]", "")
+
+
+def test_from_env_under_torchrun(tmp_path):
+    """torchrun's agent owns MASTER_PORT: from_env passes the id through its store."""
+    pytest.importorskip("torch.distributed.run")
+    script = tmp_path / "under_torchrun.py"
+    script.write_text(
+        "import numpy as np, gocl\n"
+        "with gocl.Communicator.from_env(timeout=60) as comm:\n"
+        "    print('sum', comm.all_reduce(np.full(3, comm.rank + 1.0))[0], flush=True)\n")
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(script)],
+                       capture_output=True, text=True, timeout=180, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.split().count("3.0") == 2, r.stdout
