@@ -590,3 +590,45 @@ def test_from_env_under_torchrun(tmp_path):
                        capture_output=True, text=True, timeout=180, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.split().count("3.0") == 2, r.stdout
+
+
+def test_from_env_exchange_protocol():
+    """Rank 0's id service: exact 128 bytes (NULs included), strangers ignored,
+    a world-size mismatch refused, a rank of another round told to retry."""
+    from gocl import comm as gc_comm
+
+    uid = bytes(range(128))  # NUL first: the bytes must travel untouched
+    srv = gc_comm._listen(0)
+    port = srv.getsockname()[1]
+    deadline = time.monotonic() + 20
+    served = threading.Thread(target=gc_comm._serve_unique_id, args=(srv, uid, 3, 7, deadline, f"127.0.0.1:{port}"))
+    served.start()
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as stranger:
+            stranger.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        with pytest.raises(gocl.InvalidArgumentError, match="rank 2 has WORLD_SIZE=4 but rank 0 has WORLD_SIZE=3"):
+            gc_comm._fetch_unique_id("127.0.0.1", port, 2, 4, 7, time.monotonic() + 5, 5)
+        with pytest.raises(gocl.GoclTimeoutError, match="rank 0 is serving another from_env round"):
+            gc_comm._fetch_unique_id("127.0.0.1", port, 2, 3, 8, time.monotonic() + 0.5, 0.5)
+        assert gc_comm._fetch_unique_id("127.0.0.1", port, 1, 3, 7, time.monotonic() + 5, 5) == uid
+        assert gc_comm._fetch_unique_id("localhost", port, 2, 3, 7, time.monotonic() + 5, 5) == uid
+        served.join(10)
+        assert not served.is_alive()  # every rank has the id: the service is done
+    finally:
+        srv.close()
+
+
+def test_unique_id_constructor_on_threads():
+    uid = gocl.unique_id()
+    assert isinstance(uid, bytes) and len(uid) == 128
+    with pytest.raises(gocl.InvalidArgumentError, match="unique_id must be 128 bytes"):
+        gocl.Communicator(uid[:10], 0, 2)
+    comms = threaded([0, 1, 2], lambda r: gocl.Communicator(uid, r, 3))
+    try:
+        assert [(c.rank, c.world_size) for c in comms] == [(0, 3), (1, 3), (2, 3)]
+        got = threaded(comms, lambda c: c.all_reduce(np.full(4, c.rank, np.int32)))
+        for g in got:
+            np.testing.assert_array_equal(g, np.full(4, 3, np.int32))
+    finally:
+        for c in comms:
+            c.destroy()
