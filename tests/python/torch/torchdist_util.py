@@ -36,6 +36,8 @@ def group(timeout_s: float = 60, **kwargs):
     dist.init_process_group("gocl", timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
     try:
         yield dist.get_rank(), dist.get_world_size()
+        # rank 0 hosts the TCPStore: nobody may leave while others still use it
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

@@ -1,0 +1,80 @@
+"""Subgroups (new_group): each gets its own gocl communicator, rendezvoused
+through torch's store under a key naming the group's global ranks; groups
+that overlap, groups a rank is not in, and ops on several groups in turn."""
+
+from __future__ import annotations
+
+import pytest
+
+from torchdist_util import Failures, R, dist, group, torch  # noqa: I001
+
+
+@pytest.mark.ranks(4)
+def test_subgroups():
+    with group() as (rank, world):
+        f = Failures(rank)
+        evens = dist.new_group([0, 2])
+        odds = dist.new_group([1, 3])
+        first3 = dist.new_group([0, 1, 2])
+        pair = dist.new_group([3, 0])  # order given by the user; group ranks follow global order
+        mine = evens if rank % 2 == 0 else odds
+        members = [0, 2] if rank % 2 == 0 else [1, 3]
+
+        x = torch.full((5,), float(rank))
+        dist.all_reduce(x, group=mine)
+        f.check(bool((x == sum(members)).all()), f"all_reduce in {members}: {x}")
+
+        if rank in (0, 1, 2):
+            y = torch.full((3,), float(rank + 1))
+            dist.all_reduce(y, op=R.PRODUCT, group=first3)
+            f.check(bool((y == 6).all()), f"all_reduce PRODUCT in [0,1,2]: {y}")
+            outs = [torch.empty(2) for _ in range(3)]
+            dist.all_gather(outs, torch.full((2,), float(rank)), group=first3)
+            f.check([int(o[0]) for o in outs] == [0, 1, 2], f"all_gather in [0,1,2]: {outs}")
+            # broadcast from global rank 2 (group rank 2)
+            z = torch.full((4,), float(rank))
+            dist.broadcast(z, src=2, group=first3)
+            f.check(bool((z == 2).all()), f"broadcast from global 2 in [0,1,2]: {z}")
+        else:
+            f.check(first3 == dist.GroupMember.NON_GROUP_MEMBER, "rank 3 is not in [0,1,2]")
+
+        if rank in (0, 3):
+            t = torch.full((2,), float(rank))
+            peer = 3 if rank == 0 else 0
+            if rank == 0:
+                dist.send(t, peer, group=pair)
+            else:
+                dist.recv(t, peer, group=pair)
+            f.check(bool((t == 0).all()), f"send/recv in [0,3]: {t}")
+            f.check(dist.get_process_group_ranks(pair) == [0, 3], f"ranks {dist.get_process_group_ranks(pair)}")
+
+        # the world group still works, interleaved with subgroup ops (async)
+        w1 = dist.all_reduce(a := torch.ones(3), async_op=True)
+        w2 = dist.all_reduce(b := torch.ones(3), group=mine, async_op=True)
+        w1.wait()
+        w2.wait()
+        f.check(bool((a == 4).all()) and bool((b == 2).all()), f"world {a} and subgroup {b} async")
+
+        # object collectives and barrier on a subgroup
+        objs = [None, None]
+        dist.all_gather_object(objs, {"g": rank}, group=mine)
+        f.check(objs == [{"g": m} for m in members], f"all_gather_object in subgroup {objs}")
+        dist.barrier(group=mine)
+
+        # a subgroup of everyone, and split_group-free new_subgroups
+        sub, _ = dist.new_subgroups(group_size=2)
+        s = torch.ones(1)
+        dist.all_reduce(s, group=sub)
+        f.check(s.item() == 2, f"new_subgroups all_reduce {s}")
+        f.done()
+
+
+@pytest.mark.ranks(2)
+def test_reinit_after_destroy():
+    """destroy_process_group then init again in the same processes: new
+    communicators, fresh unique ids."""
+    for round_ in range(2):
+        with group() as (rank, world):
+            x = torch.full((3,), float(rank + round_))
+            dist.all_reduce(x)
+            assert bool((x == 1 + 2 * round_).all()), x
