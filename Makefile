@@ -11,6 +11,8 @@ UV      := $(PYTHON3) -m uv
 VENV    := .venv
 PY      := $(VENV)/bin/python
 PYLIB   := python/gocl/_native/libgocl.so
+PYDOCTOR := python/gocl/_native/gocl-doctor
+DOCTOR_SOURCES := $(shell find cmd/gocl-doctor doctor -type f 2>/dev/null) go.mod $(wildcard go.sum)
 
 .PHONY: help lib run test test-go test-race test-c test-python venv pylib fuzz bench mpi clean
 
@@ -33,7 +35,8 @@ $(BUILD)/libgocl.so: $(SOURCES)
 # The library the Python package loads (python/gocl/_native/, a build output).
 # Built beside it and renamed over it: a Python process that has the old one
 # mapped keeps it instead of crashing on a rewritten file.
-pylib: $(PYLIB)
+# gocl-doctor (NVML via go-nvml, never inside libgocl.so) sits next to it.
+pylib: $(PYLIB) $(PYDOCTOR)
 
 $(PYLIB): $(SOURCES)
 	@mkdir -p $(@D)
@@ -41,10 +44,15 @@ $(PYLIB): $(SOURCES)
 	@rm -f $(@D)/.tmp-libgocl.h
 	@mv -f $(@D)/.tmp-libgocl.so $@
 
+$(PYDOCTOR): $(DOCTOR_SOURCES)
+	@mkdir -p $(@D)
+	CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" $(GO) build -trimpath -o $(@D)/.tmp-gocl-doctor ./cmd/gocl-doctor
+	@mv -f $(@D)/.tmp-gocl-doctor $@
+
 # uv comes from PyPI when missing; an existing .venv is reused. The editable
-# install's build hook (hatch_build.py) builds $(PYLIB) too; the $(PYLIB) rule
-# keeps it fresh afterwards when only Go sources change.
-venv: $(VENV)/.gocl-installed $(PYLIB)
+# install's build hook (hatch_build.py) builds $(PYLIB) and $(PYDOCTOR) too;
+# their rules keep them fresh afterwards when only Go sources change.
+venv: $(VENV)/.gocl-installed $(PYLIB) $(PYDOCTOR)
 
 $(VENV)/.gocl-installed: pyproject.toml hatch_build.py
 	@$(UV) --version >/dev/null 2>&1 || $(PYTHON3) -m pip install --quiet uv

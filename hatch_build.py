@@ -5,9 +5,13 @@ Runs ``go build -buildmode=c-shared -trimpath`` into python/gocl/_native/
 API), and tags the wheel ``py3-none-<platform>``: the library is loaded with
 ctypes, so the wheel does not depend on the Python version or ABI.
 
-Editable installs (``uv pip install -e .``) build the library in place; the
-package directory is put on sys.path, so the fresh library is what loads.
-Needs Go (and a C compiler for cgo) on the machine; GO overrides the go binary.
+It also builds the ``gocl-doctor`` executable (./cmd/gocl-doctor, NVML through
+go-nvml, kept out of libgocl.so on purpose) next to it, which ``gocl doctor``
+runs; GOCL_BUILD_DOCTOR=0 skips it.
+
+Editable installs (``uv pip install -e .``) build both in place; the package
+directory is put on sys.path, so the fresh library is what loads. Needs Go
+(and a C compiler for cgo) on the machine; GO overrides the go binary.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 NATIVE = Path("python") / "gocl" / "_native"
 LIBRARY = "libgocl.so"
+DOCTOR = "gocl-doctor"
 
 
 def platform_tag() -> str:
@@ -29,30 +34,47 @@ def platform_tag() -> str:
     return sysconfig.get_platform().replace("-", "_").replace(".", "_")
 
 
-def build_library(root: Path) -> Path:
+def _go() -> str:
     go = os.environ.get("GO") or shutil.which("go")
     if not go:
         raise RuntimeError(
             "gocl: building libgocl.so needs Go (https://go.dev/dl/, 1.26 or newer) on PATH, "
             "or GO=/path/to/go; a C compiler is needed too (cgo)")
-    out_dir = root / NATIVE
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / LIBRARY
-    # Build next to the target and rename over it: a process that has the old
-    # library mapped keeps its (unlinked) copy instead of crashing on a
-    # truncated file.
-    tmp = out_dir / f".{LIBRARY}.{os.getpid()}.tmp.so"
-    env = dict(os.environ, CGO_ENABLED="1")
-    cmd = [go, "build", "-buildmode=c-shared", "-trimpath", "-o", str(tmp), "./capi"]
+    return go
+
+
+def _go_build(root: Path, target: Path, args: list[str], env: dict) -> None:
+    """go build ... -o <beside target>, then rename over target: a process
+    that has the old file mapped keeps its (unlinked) copy instead of
+    crashing on a rewritten one."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.stem}.{os.getpid()}.tmp{target.suffix}"
+    cmd = [_go(), "build", *args[:-1], "-o", str(tmp), args[-1]]
     print("gocl: " + " ".join(cmd), flush=True)
     try:
-        subprocess.run(cmd, cwd=root, env=env, check=True)
+        subprocess.run(cmd, cwd=root, env=dict(os.environ, **env), check=True)
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
-        # cgo writes its own header next to the library: internal, not the API.
+        # cgo writes its own header next to a c-shared library: internal, not the API.
         for h in (tmp.with_suffix(".h"), target.with_suffix(".h")):
             h.unlink(missing_ok=True)
+
+
+def build_library(root: Path) -> Path:
+    target = root / NATIVE / LIBRARY
+    _go_build(root, target, ["-buildmode=c-shared", "-trimpath", "./capi"], {"CGO_ENABLED": "1"})
+    return target
+
+
+def build_doctor(root: Path) -> Path | None:
+    """The gocl-doctor executable, or None where the tree has none or it is switched off."""
+    if os.environ.get("GOCL_BUILD_DOCTOR", "1") == "0" or not (root / "cmd" / DOCTOR).is_dir():
+        return None
+    target = root / NATIVE / DOCTOR
+    # go-nvml's header marks many NVML calls deprecated; those warnings say nothing about gocl.
+    cflags = os.environ.get("CGO_CFLAGS", "-O2 -g") + " -Wno-deprecated-declarations"
+    _go_build(root, target, ["-trimpath", f"./cmd/{DOCTOR}"], {"CGO_ENABLED": "1", "CGO_CFLAGS": cflags})
     return target
 
 
@@ -62,9 +84,11 @@ class GoBuildHook(BuildHookInterface):
     def initialize(self, version: str, build_data: dict) -> None:
         if self.target_name != "wheel":
             return  # the sdist ships the Go sources; its wheel builds them
-        lib = build_library(Path(self.root))
+        root = Path(self.root)
+        built = [build_library(root), build_doctor(root)]
         build_data["pure_python"] = False
         build_data["tag"] = f"py3-none-{platform_tag()}"
         if version != "editable":
             # _native/ is git-ignored (a build output), so include it explicitly.
-            build_data["force_include"][str(lib)] = f"gocl/_native/{LIBRARY}"
+            for path in filter(None, built):
+                build_data["force_include"][str(path)] = f"gocl/_native/{path.name}"

@@ -1,4 +1,4 @@
-"""The ``gocl`` command: ``gocl run`` (launcher) and ``gocl version``."""
+"""The ``gocl`` command: ``gocl run`` (launcher), ``gocl version`` and ``gocl doctor``."""
 
 from __future__ import annotations
 
@@ -40,6 +40,15 @@ def _cmd_version(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from .doctor import main as doctor_main
+
+    extra = list(args.args)
+    if extra and extra[0] == "--":
+        extra = extra[1:]
+    return doctor_main(extra)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gocl", description="gocl: collective communication in Go (NCCL-shaped)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -61,10 +70,19 @@ def parser() -> argparse.ArgumentParser:
 
     ver = sub.add_parser("version", help="print the Python package's and the library's versions")
     ver.set_defaults(func=_cmd_version)
+
+    doc = sub.add_parser(
+        "doctor", add_help=False, help="explain CUDA / driver / torch / JAX / NCCL mismatches (gocl-doctor)",
+        description="Runs the gocl-doctor executable for this Python; its options: gocl doctor --help.")
+    doc.add_argument("args", nargs=argparse.REMAINDER, help="gocl-doctor's options (--json, --facts FILE, ...)")
+    doc.set_defaults(func=_cmd_doctor)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["doctor"]:  # every option is gocl-doctor's (argparse would claim --help, --json...)
+        return _cmd_doctor(argparse.Namespace(args=argv[1:]))
     p = parser()
     args = p.parse_args(argv)
     if not getattr(args, "func", None):

@@ -129,3 +129,12 @@ def test_console_script_is_installed():
     r = subprocess.run([str(exe), "run", "-n", "2", "--no-prefix", "--", sys.executable, "-c", "print('hi')"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.splitlines() == ["hi", "hi"]
+
+
+def test_doctor_passes_every_option_through():
+    from gocl import doctor
+
+    if not doctor.binary_path().is_file():
+        pytest.skip("gocl-doctor is not built")
+    r = subprocess.run([*GOCL, "doctor", "--help"], capture_output=True, text=True, timeout=60)
+    assert "usage: gocl-doctor" in r.stdout + r.stderr

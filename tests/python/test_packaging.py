@@ -52,6 +52,9 @@ def test_wheel_is_python_version_independent(built):
     with zipfile.ZipFile(wheels[0]) as z:
         names = set(z.namelist())
         assert "gocl/_native/libgocl.so" in names
+        if (REPO / "cmd" / "gocl-doctor").is_dir():
+            assert "gocl/_native/gocl-doctor" in names
+            assert z.getinfo("gocl/_native/gocl-doctor").external_attr >> 16 & 0o111, "gocl-doctor not executable"
         assert not any(n.endswith("libgocl.h") for n in names)
         assert {"gocl/__init__.py", "gocl/comm.py", "gocl/launcher.py", "gocl/pytest_plugin.py"} <= names
         info = f"gocl-{gocl.__version__}.dist-info"
@@ -97,3 +100,7 @@ def test_wheel_installs_and_loads_in_a_fresh_venv(built, tmp_path):
     assert re.fullmatch(r"\d+\.\d+\.\d+", version) and path.startswith(str(venv))
     r = subprocess.run([str(venv / "bin" / "gocl"), "version"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and f"libgocl {version} ({path})" in r.stdout, r.stdout
+    if (REPO / "cmd" / "gocl-doctor").is_dir():
+        r = subprocess.run([str(venv / "bin" / "gocl"), "doctor", "--help"], capture_output=True, text=True,
+                           timeout=60)
+        assert "usage: gocl-doctor" in r.stdout + r.stderr, r.stdout + r.stderr
