@@ -5,7 +5,7 @@ the same run over gloo, and compare step times.
     torchrun --nproc-per-node 4 examples/ddp_train.py --backend gocl
     python examples/ddp_train.py --steps 50 --hidden 1024      # one rank works too
 
-Every rank sees its own shard of a synthetic regression problem; DDP
+Every rank holds its own shard of a synthetic regression problem; DDP
 averages the gradients, so the loss printed by rank 0 is the same for both
 backends (same seeds), only the time differs. The mean step time excludes
 the first --warmup steps.
@@ -39,10 +39,10 @@ def train(name: str, group, args, rank: int, world: int) -> tuple[list[float], l
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     g = torch.Generator().manual_seed(1234 + rank)  # this rank's shard of the data
     true_w = torch.randn(args.width, 1, generator=torch.Generator().manual_seed(7))
+    x = torch.randn(args.batch, args.width, generator=g)
+    y = x @ true_w / args.width ** 0.5 + 0.01 * torch.randn(args.batch, 1, generator=g)
     losses, times = [], []
     for step in range(args.steps):
-        x = torch.randn(args.batch, args.width, generator=g)
-        y = torch.tanh(x @ true_w) + 0.01 * torch.randn(args.batch, 1, generator=g)
         dist.barrier(group=group)
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)

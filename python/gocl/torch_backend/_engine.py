@@ -43,8 +43,9 @@ from torch._C._distributed_c10d import (
 
 from .. import _core
 from . import _types
-from ._staging import Host, as_bytes, copy_out, overlaps
-from ._work import Executor, GoclWork, Task
+from . import _staging
+from ._staging import Host, as_bytes, copy_out, direct, overlaps
+from ._work import Executor, GoclWork, Task, completed_work
 
 log = logging.getLogger("gocl.torch")
 
@@ -104,9 +105,11 @@ class Engine:
         self.group_id = group_id
         self.executor = Executor(f"{group_id}:{rank}")
         self._shut = False
+        self._sync_done = completed_work([])  # returned by calls known to be synchronous
 
     @classmethod
     def create(cls, store, rank, size, timeout, global_ranks, group_id) -> "Engine":
+        _staging.refresh()
         comm = connect(store, rank, size, timeout, global_ranks, group_id)
         log.debug("gocl: group %r rank %d/%d (global ranks %s) ready", group_id, rank, size, global_ranks)
         return cls(comm, rank, size, global_ranks, group_id)
@@ -179,13 +182,11 @@ class Engine:
         (e.g. all_gather_object's views of one buffer), else None."""
         if not tensors:
             return None
-        from ._staging import _direct  # noqa: PLC0415
-
-        base = tensors[0].data_ptr() if _direct(tensors[0]) else None
+        base = tensors[0].data_ptr() if direct(tensors[0]) else None
         if base is None:
             return None
         for i, t in enumerate(tensors):
-            if not _direct(t) or t.numel() * t.element_size() != nbytes or t.data_ptr() != base + i * nbytes:
+            if not direct(t) or t.numel() * t.element_size() != nbytes or t.data_ptr() != base + i * nbytes:
                 return None
         return base
 
@@ -216,10 +217,27 @@ class Engine:
             st["h"].write_back()
         return issue, finish
 
+    def _done(self, opts, result) -> GoclWork:
+        """The Work of a call that ran inline. When torch says the call is
+        synchronous (opts.asyncOp is False) the caller only waits on it, so
+        one shared completed Work does (this is the small-message latency path)."""
+        if getattr(opts, "asyncOp", True) is False:
+            return self._sync_done
+        return completed_work(result)
+
     def allreduce(self, tensors, opts=None) -> GoclWork:
         opts = opts if opts is not None else AllreduceOptions()
         t = self._one(tensors, "allreduce")
         red = self._reduction(t.dtype, opts.reduceOp)
+        # fast path: a synchronous call on a host tensor with nothing queued
+        if red.kind == "native" and not _async(opts) and direct(t) and self.executor.try_inline():
+            try:
+                v = t if red.view is None else self._red_view(t, red)
+                p = v.data_ptr()
+                self.comm.all_reduce(p, p, v.numel(), red.gocl_dtype, red.gocl_op)
+            finally:
+                self.executor.end_inline()
+            return self._done(opts, [t])
         issue, finish = self._allreduce_steps(t, red)
         return self._submit(Task("allreduce", issue, finish, [t], [t]), opts)
 

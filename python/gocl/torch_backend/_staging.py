@@ -22,13 +22,26 @@ import os
 import torch
 
 
+_FORCE = False
+
+
+def refresh() -> None:
+    """Read GOCL_TORCH_FORCE_STAGING (done when a group is created)."""
+    global _FORCE
+    _FORCE = os.environ.get("GOCL_TORCH_FORCE_STAGING", "") == "1"
+
+
 def force_staging() -> bool:
-    return os.environ.get("GOCL_TORCH_FORCE_STAGING", "") == "1"
+    return _FORCE
 
 
-def _direct(t: torch.Tensor) -> bool:
-    return (t.device.type == "cpu" and t.is_contiguous() and not t.is_conj() and not t.is_neg()
-            and t.layout == torch.strided and not force_staging())
+refresh()
+
+
+def direct(t: torch.Tensor) -> bool:
+    """Whether gocl can use t's own memory (a dense contiguous CPU tensor)."""
+    return (not _FORCE and t.is_cpu and t.is_contiguous() and t.layout == torch.strided
+            and not t.is_conj() and not t.is_neg())
 
 
 class DeviceSync:
@@ -70,7 +83,7 @@ class Host:
         if orig.layout != torch.strided:
             raise TypeError(f"gocl: {orig.layout} tensors are not supported; pass a dense (strided) tensor")
         self.orig = orig
-        if not copy and _direct(orig):
+        if not copy and direct(orig):
             self.t = orig
             self.copied = False
             return

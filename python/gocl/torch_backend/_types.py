@@ -107,10 +107,24 @@ def _describe(dtype, op, rank) -> str:
     return f"dtype {dtype} with op {op_name(op).upper()} on rank {rank}"
 
 
+_CACHE: dict = {}
+
+
 def reduction(dtype: torch.dtype, op, rank: int) -> Reduction:
     """Decide how to reduce ``dtype`` with ``op``; raise UnsupportedError
-    (naming dtype, op and rank) for what gocl cannot do."""
+    (naming dtype, op and rank) for what gocl cannot do. Decisions without
+    a PREMUL_SUM factor are cached (this is on every reduction's path)."""
     kind = op_type(op)
+    if kind == R.PREMUL_SUM:
+        return _decide(dtype, kind, op, rank)
+    key = (dtype, kind)
+    red = _CACHE.get(key)
+    if red is None:
+        red = _CACHE[key] = _decide(dtype, kind, op, rank)
+    return red
+
+
+def _decide(dtype: torch.dtype, kind, op, rank: int) -> Reduction:
     what = _describe(dtype, op, rank)
     if dtype in _COMPLEX_REAL:
         real = _COMPLEX_REAL[dtype]

@@ -98,16 +98,20 @@ class GoclWork(dist.Work):
         self._future = future
         self._result = result
         self._executor = executor
-        self._done = threading.Event()
-        future.add_done_callback(lambda _f: self._done.set())
 
     def wait(self, timeout=None) -> bool:
-        if self._executor is not None and not self._future.done():
-            self._executor.flush()
-        seconds = _seconds(timeout)
-        if seconds and not self._done.wait(seconds):
-            raise TimeoutError(f"gocl: operation did not complete within {seconds:g} s")
-        self._future.wait()  # raises the operation's error, if any
+        fut = self._future
+        if not fut.done():
+            if self._executor is not None:
+                self._executor.flush()
+            seconds = _seconds(timeout)
+            if seconds:
+                deadline = time.monotonic() + seconds
+                while not fut.done():
+                    if time.monotonic() >= deadline:
+                        raise TimeoutError(f"gocl: operation did not complete within {seconds:g} s")
+                    time.sleep(0.0005)
+        fut.wait()  # raises the operation's error, if any
         return True
 
     def get_future(self) -> Future:
@@ -202,6 +206,21 @@ class Executor:
         combined = Task("coalesced", issue, result=result)
         work = self._submit(combined, async_op, also=futures)
         return work
+
+    # inline fast path --------------------------------------------------------
+    def try_inline(self) -> bool:
+        """Claim the executor for a call made right here, if nothing is queued
+        or being collected; pair with end_inline()."""
+        with self._mu:
+            if self._pending or self._batch is not None or self._closed:
+                return False
+            self._pending = 1
+            self._exec.acquire()  # free: nothing is pending
+            return True
+
+    def end_inline(self) -> None:
+        self._exec.release()
+        self._done_one()
 
     # submission -----------------------------------------------------------
     def submit(self, task: Task, async_op: bool) -> GoclWork:

@@ -20,6 +20,7 @@ def _default_is_processgroup() -> bool:
     return _frontends.implementation() == "processgroup"
 
 
+@pytest.mark.slow
 @pytest.mark.ranks(3)
 def test_processgroup_subclass_route():
     if _default_is_processgroup():

@@ -37,6 +37,7 @@ def _max_err(state, ref):
     return max((state[k].detach() - v).abs().max().item() for k, v in ref.items())
 
 
+@pytest.mark.slow
 @pytest.mark.ranks(4)
 def test_ddp_matches_full_batch_sgd():
     ref = full_batch_reference()
@@ -70,6 +71,7 @@ def _fully_shard():
     return fully_shard
 
 
+@pytest.mark.slow
 @pytest.mark.ranks(2)
 def test_fsdp2_matches_full_batch_sgd():
     """FSDP2 (fully_shard) on CPU: all_gather_into_tensor, reduce_scatter_tensor
