@@ -25,6 +25,9 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import socket
+import sys
+import threading
 
 import torch
 import torch.distributed as dist
@@ -88,6 +91,12 @@ def connect(store, rank: int, size: int, timeout, global_ranks: list[int], group
     return _core.Comm.init_rank(bytes(uid), size, rank)
 
 
+def _short(ranks: list[int]) -> str:
+    if len(ranks) > 16:
+        return f"[{', '.join(map(str, ranks[:8]))}, ... {ranks[-1]}] ({len(ranks)})"
+    return str(ranks)
+
+
 def _async(opts) -> bool:
     # opts.asyncOp exists on torch >= 2.8 for most options; without it we
     # cannot tell and run inline when idle (the Work is then already done).
@@ -111,7 +120,11 @@ class Engine:
     def create(cls, store, rank, size, timeout, global_ranks, group_id) -> "Engine":
         _staging.refresh()
         comm = connect(store, rank, size, timeout, global_ranks, group_id)
-        log.debug("gocl: group %r rank %d/%d (global ranks %s) ready", group_id, rank, size, global_ranks)
+        line = f"torch group {group_id!r}: rank {rank} of {size}, global ranks {_short(global_ranks)}"
+        log.debug("gocl: %s", line)
+        if debug_enabled():  # next to the library's own GOCL_DEBUG=INFO lines, in their format
+            sys.stderr.write(f"{socket.gethostname()}:{os.getpid()}:{threading.get_native_id()} "
+                             f"[{global_ranks[rank]}] GOCL INFO {line}\n")
         return cls(comm, rank, size, global_ranks, group_id)
 
     # ------------------------------------------------------------ helpers

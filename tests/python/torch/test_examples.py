@@ -21,7 +21,7 @@ def _run(cmd, timeout=240):
 
 
 def test_hello_under_torchrun():
-    out = _run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+    out = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                 str(REPO / "examples" / "hello_gocl.py")])
     assert "gocl: 2 ranks, all_reduce gave [1.0, 1.0, 1.0, 1.0]" in out, out
     assert "hello from rank 1" in out
@@ -30,7 +30,7 @@ def test_hello_under_torchrun():
 @pytest.mark.slow
 def test_ddp_train_both_backends():
     gocl = shutil.which("gocl", path=str(Path(sys.executable).parent))
-    launcher = [gocl, "run", "-n", "2"] if gocl else [sys.executable, "-m", "torch.distributed.run",
+    launcher = [gocl, "run", "-n", "2"] if gocl else [sys.executable, "-m", "torch.distributed.run", "--standalone",
                                                        "--nproc-per-node", "2"]
     out = _run([*launcher, sys.executable, str(REPO / "examples" / "ddp_train.py"), "--steps", "6", "--warmup", "2",
                 "--hidden", "64", "--width", "32"])

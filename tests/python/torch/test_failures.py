@@ -1,0 +1,42 @@
+"""Failures surface as exceptions on every rank instead of hangs: ranks that
+disagree on a call, and a rank that dies."""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+import pytest
+
+from torchdist_util import dist, torch  # noqa: I001
+
+
+@pytest.mark.ranks(2)
+def test_mismatched_calls_fail_on_every_rank():
+    dist.init_process_group("gocl")
+    rank = dist.get_rank()
+    ok = torch.ones(3)
+    dist.all_reduce(ok)
+    # rank 0 sums 3 elements, rank 1 sums 4: gocl sees the mismatch in the headers
+    w = dist.all_reduce(torch.ones(3 + rank), async_op=True)
+    with pytest.raises(Exception) as info:  # noqa: PT011
+        w.wait()
+    msg = str(info.value)
+    assert "allreduce" in msg.lower() and "rank" in msg, msg
+    # the group is broken now, and says so
+    with pytest.raises(Exception, match="unusable|failed|closed"):
+        dist.all_reduce(torch.ones(3))
+    os._exit(0)  # skip destroy/atexit: the peer may already be gone
+
+
+@pytest.mark.ranks(2)
+def test_dead_peer_fails_the_survivor():
+    dist.init_process_group("gocl", timeout=datetime.timedelta(seconds=30))
+    rank = dist.get_rank()
+    dist.all_reduce(torch.ones(3))
+    if rank == 1:
+        os._exit(0)  # dies without a word
+    with pytest.raises(Exception, match="rank 1"):
+        for _ in range(100):  # the first calls may still be buffered
+            dist.all_reduce(torch.ones(1 << 20))
+    os._exit(0)
