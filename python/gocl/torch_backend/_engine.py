@@ -97,10 +97,30 @@ def _short(ranks: list[int]) -> str:
     return str(ranks)
 
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_C10D_PY = os.path.join("torch", "distributed", "distributed_c10d.py")
+
+
 def _async(opts) -> bool:
-    # opts.asyncOp exists on torch >= 2.8 for most options; without it we
-    # cannot tell and run inline when idle (the Work is then already done).
-    return bool(getattr(opts, "asyncOp", False))
+    """Whether the caller asked for an asynchronous call.
+
+    torch >= 2.8 says so in ``opts.asyncOp``. Older torch does not tell the
+    backend, so read the ``async_op`` argument of the torch.distributed
+    function that called us (e.g. ``all_reduce``); calls from anywhere else
+    (C++: DDP's reducer, functional collectives) are asynchronous, as C++
+    option defaults say.
+    """
+    flag = getattr(opts, "asyncOp", None)
+    if flag is not None:
+        return bool(flag)
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(_HERE):
+        f = f.f_back
+    if f is not None and f.f_code.co_filename.endswith(_C10D_PY):
+        v = f.f_locals.get("async_op")
+        if isinstance(v, bool):
+            return v
+    return True
 
 
 class Engine:
@@ -230,29 +250,28 @@ class Engine:
             st["h"].write_back()
         return issue, finish
 
-    def _done(self, opts, result) -> GoclWork:
-        """The Work of a call that ran inline. When torch says the call is
-        synchronous (opts.asyncOp is False) the caller only waits on it, so
-        one shared completed Work does (this is the small-message latency path)."""
-        if getattr(opts, "asyncOp", True) is False:
-            return self._sync_done
-        return completed_work(result)
+    def _done(self, is_async: bool, result) -> GoclWork:
+        """The Work of a call that ran inline. A synchronous torch call only
+        waits on its Work and drops it, so one shared completed Work does
+        (this is the small-message latency path)."""
+        return completed_work(result) if is_async else self._sync_done
 
     def allreduce(self, tensors, opts=None) -> GoclWork:
         opts = opts if opts is not None else AllreduceOptions()
         t = self._one(tensors, "allreduce")
         red = self._reduction(t.dtype, opts.reduceOp)
+        is_async = _async(opts)
         # fast path: a synchronous call on a host tensor with nothing queued
-        if red.kind == "native" and not _async(opts) and direct(t) and self.executor.try_inline():
+        if red.kind == "native" and not is_async and direct(t) and self.executor.try_inline():
             try:
                 v = t if red.view is None else self._red_view(t, red)
                 p = v.data_ptr()
                 self.comm.all_reduce(p, p, v.numel(), red.gocl_dtype, red.gocl_op)
             finally:
                 self.executor.end_inline()
-            return self._done(opts, [t])
+            return self._done(False, [t])
         issue, finish = self._allreduce_steps(t, red)
-        return self._submit(Task("allreduce", issue, finish, [t], [t]), opts)
+        return self._submit(Task("allreduce", issue, finish, [t], [t]), opts, is_async)
 
     def allreduce_coalesced(self, tensors, opts=None) -> GoclWork:
         opts = opts if opts is not None else AllreduceCoalescedOptions()
