@@ -30,7 +30,6 @@ import sys
 import threading
 
 import torch
-import torch.distributed as dist
 from torch._C._distributed_c10d import (
     AllgatherOptions,
     AllreduceCoalescedOptions,
@@ -45,8 +44,7 @@ from torch._C._distributed_c10d import (
 )
 
 from .. import _core
-from . import _types
-from . import _staging
+from . import _staging, _types
 from ._staging import Host, as_bytes, copy_out, direct, overlaps
 from ._work import Executor, GoclWork, Task, completed_work
 
@@ -137,7 +135,7 @@ class Engine:
         self._sync_done = completed_work([])  # returned by calls known to be synchronous
 
     @classmethod
-    def create(cls, store, rank, size, timeout, global_ranks, group_id) -> "Engine":
+    def create(cls, store, rank, size, timeout, global_ranks, group_id) -> Engine:
         _staging.refresh()
         comm = connect(store, rank, size, timeout, global_ranks, group_id)
         line = f"torch group {group_id!r}: rank {rank} of {size}, global ranks {_short(global_ranks)}"

@@ -21,7 +21,6 @@ import os
 
 import torch
 
-
 _FORCE = False
 
 
@@ -82,6 +81,9 @@ class Host:
     def __init__(self, orig: torch.Tensor, read: bool = True, copy: bool = False):
         if orig.layout != torch.strided:
             raise TypeError(f"gocl: {orig.layout} tensors are not supported; pass a dense (strided) tensor")
+        if orig.device.type not in ("cpu", "cuda"):
+            raise TypeError(f"gocl: tensors on {orig.device} are not supported: gocl works on host memory and "
+                            "stages cuda tensors through it; move the tensor to cpu first")
         self.orig = orig
         if not copy and direct(orig):
             self.t = orig

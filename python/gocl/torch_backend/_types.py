@@ -48,7 +48,7 @@ class UnsupportedError(TypeError):
     communication, so the process group stays usable)."""
 
 
-def op_type(op) -> "R":
+def op_type(op) -> R:
     """The RedOpType of a ReduceOp, a RedOpType, or one of ReduceOp.SUM..."""
     if isinstance(op, R):
         return op

@@ -33,7 +33,6 @@ import os
 import threading
 import time
 
-import torch
 import torch.distributed as dist
 from torch.futures import Future
 
@@ -93,7 +92,7 @@ class GoclWork(dist.Work):
     output tensors.
     """
 
-    def __init__(self, future: Future, result, executor: "Executor | None" = None):
+    def __init__(self, future: Future, result, executor: Executor | None = None):
         super().__init__()
         self._future = future
         self._result = result

@@ -6,9 +6,18 @@ async, 1..4 ranks."""
 from __future__ import annotations
 
 import pytest
-
 from torchdist_util import (  # noqa: I001
-    COMPLEX, FLOATS, INTS, OTHERS, UINTS, Failures, dist, group, make, noncontig, torch,
+    COMPLEX,
+    FLOATS,
+    INTS,
+    OTHERS,
+    UINTS,
+    Failures,
+    dist,
+    group,
+    make,
+    noncontig,
+    torch,
 )
 
 DTYPES = FLOATS + INTS + UINTS + COMPLEX + OTHERS + [torch.bool]

@@ -7,7 +7,6 @@ import datetime
 import os
 
 import pytest
-
 from torchdist_util import dist, torch  # noqa: I001
 
 

@@ -5,7 +5,6 @@ that overlap, groups a rank is not in, and ops on several groups in turn."""
 from __future__ import annotations
 
 import pytest
-
 from torchdist_util import Failures, R, dist, group, torch  # noqa: I001
 
 

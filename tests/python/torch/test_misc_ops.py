@@ -9,7 +9,6 @@ import functools
 import os
 
 import pytest
-
 from torchdist_util import Failures, R, dist, group, make, noncontig, torch  # noqa: I001
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 import test_data_movement as dm
 import test_misc_ops as misc
 import test_reductions as red

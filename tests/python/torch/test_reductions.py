@@ -4,10 +4,22 @@ odd sizes, sync and async, 1..4 ranks, against references computed locally."""
 from __future__ import annotations
 
 import pytest
-
 from torchdist_util import (  # noqa: I001
-    BIG, COMPLEX, FLOATS, INTS, OTHERS, SIZES, UINTS, Failures, R, dist, group, make, noncontig,
-    reference, torch,
+    BIG,
+    COMPLEX,
+    FLOATS,
+    INTS,
+    OTHERS,
+    SIZES,
+    UINTS,
+    Failures,
+    R,
+    dist,
+    group,
+    make,
+    noncontig,
+    reference,
+    torch,
 )
 
 OPS = [R.SUM, R.PRODUCT, R.MIN, R.MAX, R.AVG, R.BAND, R.BOR, R.BXOR]

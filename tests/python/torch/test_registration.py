@@ -79,7 +79,6 @@ def test_import_hook_registers_when_torch_comes_later_and_stays_fork_safe():
 def test_implementation_choice(monkeypatch):
     import torch
     import torch.distributed as dist
-
     from gocl.torch_backend import _frontends
 
     major, minor = (int(x) for x in torch.__version__.split("+")[0].split(".")[:2])

@@ -4,8 +4,7 @@ as full-batch SGD in one process."""
 from __future__ import annotations
 
 import pytest
-
-from torchdist_util import dist, group, torch  # noqa: I001
+from torchdist_util import group, torch  # noqa: I001
 
 STEPS = 8
 BATCH = 32
