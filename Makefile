@@ -14,10 +14,11 @@ PYLIB   := python/gocl/_native/libgocl.so
 PYDOCTOR := python/gocl/_native/gocl-doctor
 DOCTOR_SOURCES := $(shell find cmd/gocl-doctor doctor -type f 2>/dev/null) go.mod $(wildcard go.sum)
 
-.PHONY: help lib run test test-go test-race test-c test-python venv pylib fuzz bench mpi clean
+.PHONY: help lib run perf test test-go test-race test-c test-python venv pylib fuzz bench mpi clean
 
 help:
-	@echo "make run    - build, then a 4-rank allreduce benchmark over the C API with a correctness check (the main job)"
+	@echo "make run    - set up .venv, then the main job: examples/ddp_train.py (DDP) on 4 local ranks over gocl, then gloo"
+	@echo "make perf   - the C API's 4-rank allreduce benchmark (nccl-tests columns, results checked)"
 	@echo "make test   - build, then every test: Go (unit, multi-process, -race), fuzz seeds, C API over 1..5 processes, Python"
 	@echo "make lib    - $(BUILD)/libgocl.so and $(BUILD)/include/gocl.h"
 	@echo "make venv   - $(VENV) (uv) with gocl installed editable, extras torch, jax, test; rebuilds $(PYLIB) when Go changes"
@@ -77,7 +78,12 @@ $(BUILD)/mpi_allreduce_perf: bench/mpi_allreduce_perf.c
 	@command -v mpicc >/dev/null || $(MAKE) mpi
 	mpicc -O2 $< -o $@
 
-run: $(BUILD)/allreduce_perf
+# The main job: DDP training on 4 local ranks over gocl, then over gloo.
+run: venv
+	$(VENV)/bin/gocl run -n 4 -- $(PY) examples/ddp_train.py
+
+# The C API's own benchmark (4 ranks, results checked): nccl-tests columns.
+perf: $(BUILD)/allreduce_perf
 	$(BUILD)/allreduce_perf -n 4 -b 8 -e 64M -f 4 -c 1
 
 test: test-go test-race test-c test-python
