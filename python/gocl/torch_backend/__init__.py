@@ -24,6 +24,30 @@ c10d's ``Backend`` when the installed torch dispatches C++ calls to Python
 overrides of it (the "PyBackend" trampoline, torch >= 2.14 builds), else a
 ``dist.ProcessGroup`` subclass (torch 2.5 ... 2.13). Set
 ``GOCL_TORCH_IMPL=processgroup`` or ``=backend`` to force one.
+
+What to know:
+
+* Every group (the default one and each ``new_group``) gets its own gocl
+  communicator; the group's rank 0 publishes the unique id in torch's store
+  and the others wait for it up to the group's timeout. Operation timeouts
+  are gocl's (``GOCL_TIMEOUT``), not the group's.
+* Synchronous calls on host tensors run inline when nothing is queued;
+  ``async_op=True`` calls run in order on the group's worker thread.
+* Tags of send/recv are ignored: a pair's messages match in order (as in
+  NCCL). ``recv`` from any source and ``monitored_barrier`` are not
+  supported. isend/irecv that must progress together are run together
+  (see ``_work``); ``batch_isend_irecv`` always is.
+* gocl has no bitwise reductions: BAND/BOR/BXOR gather every rank's data
+  and reduce locally. Complex tensors reduce as real pairs (SUM, AVG,
+  PREMUL_SUM with a real factor). Other unsupported dtype/op pairs raise a
+  TypeError naming dtype, op and rank before anything is sent.
+* CUDA tensors are staged through host memory (correct, not fast).
+* On the Backend route, Works reach Python through torch's C++ holder,
+  which forwards only ``wait()`` and ``get_future()``: use
+  ``work.get_future().done()`` rather than ``work.is_completed()``.
+* Environment: GOCL_TORCH_IMPL, GOCL_TORCH_P2P_WINDOW_MS (see ``_work``),
+  GOCL_TORCH_FORCE_STAGING=1 (stage every tensor, a debugging aid), and
+  gocl's own GOCL_* variables (GOCL_DEBUG=INFO prints a line per group).
 """
 
 from __future__ import annotations

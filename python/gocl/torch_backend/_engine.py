@@ -71,7 +71,11 @@ def connect(store, rank: int, size: int, timeout, global_ranks: list[int], group
     """Create this rank's gocl communicator for a group: rank 0 of the group
     makes the unique id and publishes it in the store; the others wait for
     it (up to the group timeout), then everyone joins."""
-    key = _uid_key(group_id, global_ranks)
+    # A store can outlive a group (torchelastic's agent store survives
+    # destroy_process_group, and group names restart at 0 after it): count
+    # joins so that each incarnation of the group uses its own key.
+    joins = store.add(_uid_key(group_id, global_ranks) + "/joins", 1)
+    key = f"{_uid_key(group_id, global_ranks)}/{(joins - 1) // size}"
     if rank == 0:
         uid = _core.unique_id()
         store.set(key, uid)

@@ -4,6 +4,10 @@ that overlap, groups a rank is not in, and ops on several groups in turn."""
 
 from __future__ import annotations
 
+import datetime
+import os
+import time
+
 import pytest
 from torchdist_util import Failures, R, dist, group, torch  # noqa: I001
 
@@ -71,9 +75,24 @@ def test_subgroups():
 @pytest.mark.ranks(2)
 def test_reinit_after_destroy():
     """destroy_process_group then init again in the same processes: new
-    communicators, fresh unique ids."""
+    communicators, fresh unique ids; also with one store kept across the
+    incarnations (as torchelastic's agent store is), where the group's store
+    keys repeat."""
     for round_ in range(2):
         with group() as (rank, world):
             x = torch.full((3,), float(rank + round_))
             dist.all_reduce(x)
             assert bool((x == 1 + 2 * round_).all()), x
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]) + 1, world, rank == 0,
+                          timeout=datetime.timedelta(seconds=60))
+    for round_ in range(3):
+        dist.init_process_group("gocl", store=store, rank=rank, world_size=world)
+        x = torch.full((2,), float(rank + round_))
+        dist.all_reduce(x)
+        assert bool((x == 1 + 2 * round_).all()), (round_, x)
+        dist.barrier()
+        dist.destroy_process_group()
+    store.add("done", 1)
+    while rank == 0 and store.add("done", 0) < world:  # rank 0 hosts the store: it leaves last
+        time.sleep(0.01)
