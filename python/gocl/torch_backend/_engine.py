@@ -137,6 +137,7 @@ class Engine:
         self.executor = Executor(f"{group_id}:{rank}")
         self._shut = False
         self._sync_done = completed_work([])  # returned by calls known to be synchronous
+        self.seq = 0  # operations issued (torch's "sequence number for group")
 
     @classmethod
     def create(cls, store, rank, size, timeout, global_ranks, group_id) -> Engine:
@@ -163,6 +164,7 @@ class Engine:
         return tensors[0]
 
     def _submit(self, task: Task, opts, async_op: bool | None = None) -> GoclWork:
+        self.seq += 1
         return self.executor.submit(task, _async(opts) if async_op is None else async_op)
 
     def _reduction(self, dtype, op):
@@ -265,6 +267,7 @@ class Engine:
         is_async = _async(opts)
         # fast path: a synchronous call on a host tensor with nothing queued
         if red.kind == "native" and not is_async and direct(t) and self.executor.try_inline():
+            self.seq += 1
             try:
                 v = t if red.view is None else self._red_view(t, red)
                 p = v.data_ptr()
@@ -753,6 +756,7 @@ class Engine:
         def issue():
             h = st["h"] = Host(t)
             self.comm.send(h.bytes().data_ptr(), h.nbytes, U8, peer)
+        self.seq += 1
         return self.executor.submit(Task("send", issue, None, [t], [t], p2p=True), async_op=True)
 
     def recv(self, tensors, srcRank: int, tag: int = 0) -> GoclWork:  # noqa: N803
@@ -766,6 +770,7 @@ class Engine:
 
         def finish():
             st["h"].write_back()
+        self.seq += 1
         return self.executor.submit(Task("recv", issue, finish, [t], [t], p2p=True), async_op=True)
 
     def recv_anysource(self, tensors, tag: int = 0):

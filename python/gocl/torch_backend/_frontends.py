@@ -178,6 +178,14 @@ class _Ops:
     def end_coalescing(self, device=None):
         return self._engine.end_coalescing()
 
+    # sequence numbers (TORCH_DISTRIBUTED_DEBUG=DETAIL's ProcessGroupWrapper
+    # fingerprints every collective with them)
+    def _set_sequence_number_for_group(self):
+        self._engine.seq = 0
+
+    def _get_sequence_number_for_group(self):
+        return self._engine.seq
+
     # lifetime
     def shutdown(self):
         self._engine.shutdown()
@@ -194,12 +202,31 @@ class _Ops:
 _BackendBase = getattr(dist, "BackendBase", None) or c10d.Backend
 
 
+# Python Backend objects that torch holds only from C++ (TORCH_DISTRIBUTED_DEBUG=DETAIL
+# wraps them in a C++ ProcessGroupWrapper) would lose their Python half, and with it
+# every override; keep them alive until the group shuts down.
+_LIVE: set = set()
+
+
 class GoclBackend(_Ops, _BackendBase):
     """gocl as a c10d Backend (torch with the Python Backend trampoline)."""
 
     def __init__(self, engine: Engine):
         _BackendBase.__init__(self, engine.rank, engine.size)
         self._engine = engine
+        _LIVE.add(self)
+
+    def shutdown(self):
+        try:
+            self._engine.shutdown()
+        finally:
+            _LIVE.discard(self)
+
+    def abort(self):
+        try:
+            self._engine.abort()
+        finally:
+            _LIVE.discard(self)
 
     def __repr__(self):
         e = self._engine

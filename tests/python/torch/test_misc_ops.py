@@ -222,3 +222,31 @@ def test_device_staging_path():
         _coalesced(rank, world, f)
         _p2p(rank, world, f)
         f.done()
+
+
+@pytest.mark.ranks(2)
+def test_torch_distributed_debug_detail():
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL: torch wraps a c10d Backend in its
+    ProcessGroupWrapper, which fingerprints every collective (sequence
+    numbers) and reports ranks that disagree. The ProcessGroup-subclass
+    route is not wrapped by torch; there the same calls must still work."""
+    os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+    dist.set_debug_level_from_env()
+    dist.init_process_group("gocl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    f = Failures(rank)
+    _objects(rank, world, f)
+    _coalesced(rank, world, f)
+    x = torch.full((3,), float(rank))
+    dist.all_reduce(x)
+    f.check(bool((x == 1).all()), f"all_reduce under DETAIL {x}")
+    f.done()
+    wrapped = type(dist.group.WORLD._get_backend(torch.device("cpu"))).__name__ == "_ProcessGroupWrapper"
+    if wrapped:
+        # rank 0 all_reduces, rank 1 broadcasts: the wrapper names the mismatch
+        with pytest.raises(RuntimeError, match="(?i)mismatch"):
+            if rank == 0:
+                dist.all_reduce(torch.ones(2))
+            else:
+                dist.broadcast(torch.ones(2), src=0)
+    os._exit(0)  # the group is left in a failed state on purpose
