@@ -100,6 +100,11 @@ def _all_reduce_cases(rank, world, f):
         want = (reference(xs, R.SUM, dtype, world).to(torch.complex128 if dtype.is_complex else torch.float64)
                 * 0.5).to(dtype)
         f.expect(t, want, f"all_reduce PREMUL_SUM(0.5) {dtype}")
+    # a tensor factor (what FSDP passes)
+    xs = [make(torch.float32, 9, r, 8) for r in range(world)]
+    t = xs[rank].clone()
+    dist.all_reduce(t, op=dist._make_nccl_premul_sum(torch.tensor([2.0])))
+    f.expect(t, reference(xs, R.SUM, torch.float32, world) * 2, "all_reduce PREMUL_SUM(tensor 2.0)")
     for dtype in (torch.int32, torch.bool):
         try:
             dist.all_reduce(make(dtype, 3, rank), op=dist._make_nccl_premul_sum(2.0))
@@ -150,6 +155,17 @@ def _reduce_and_reduce_scatter_cases(rank, world, f):
             dist.reduce_scatter(out, [x.clone() for x in per_rank[rank]], op=op)
             want = reference([per_rank[r][rank] for r in range(world)], op, dtype, world)
             f.expect(out, want, f"reduce_scatter {dtype} {op} blocks={blocks}")
+    # PREMUL_SUM in reduce_scatter_tensor and reduce (FSDP's gradient reduction)
+    for dtype in (torch.float32, torch.bfloat16):
+        xs = [make(dtype, 4 * world, r, 77) for r in range(world)]
+        out = torch.empty(4, dtype=dtype)
+        dist.reduce_scatter_tensor(out, xs[rank].clone(), op=dist._make_nccl_premul_sum(0.5))
+        want = (reference(xs, R.SUM, dtype, world).double() * 0.5).to(dtype)[rank * 4:(rank + 1) * 4]
+        f.expect(out, want, f"reduce_scatter_tensor PREMUL_SUM {dtype}")
+        t = xs[rank].clone()
+        dist.reduce(t, dst=world - 1, op=dist._make_nccl_premul_sum(0.5))
+        if rank == world - 1:
+            f.expect(t, (reference(xs, R.SUM, dtype, world).double() * 0.5).to(dtype), f"reduce PREMUL_SUM {dtype}")
     # in-place reduce_scatter_tensor (output is this rank's block of the input)
     buf = torch.arange(4 * world, dtype=torch.float32) + rank
     mine = buf[rank * 4:(rank + 1) * 4]
