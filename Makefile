@@ -14,7 +14,7 @@ PYLIB   := python/gocl/_native/libgocl.so
 PYDOCTOR := python/gocl/_native/gocl-doctor
 DOCTOR_SOURCES := $(shell find cmd/gocl-doctor doctor -type f 2>/dev/null) go.mod $(wildcard go.sum)
 
-.PHONY: help lib run perf test test-go test-race test-c test-python venv pylib fuzz bench mpi clean
+.PHONY: help lib run perf test test-go test-race test-c test-python test-torch27 venv pylib fuzz bench mpi clean
 
 help:
 	@echo "make run    - set up .venv, then the main job: examples/ddp_train.py (DDP) on 4 local ranks over gocl, then gloo"
@@ -86,7 +86,7 @@ run: venv
 perf: $(BUILD)/allreduce_perf
 	$(BUILD)/allreduce_perf -n 4 -b 8 -e 64M -f 4 -c 1
 
-test: test-go test-race test-c test-python
+test: test-go test-race test-c test-python test-torch27
 
 test-go:
 	$(GO) vet ./...
@@ -103,6 +103,18 @@ test-c: $(BUILD)/gocl_test $(BUILD)/fork_test
 
 test-python: venv
 	$(PY) -m pytest tests/python -q
+
+# The torch backend on the oldest torch our users report (2.7.1: the
+# ProcessGroup-subclass route, old method names). uv's cache makes it cheap.
+VENV27 := .venv-torch27
+$(VENV27)/.gocl-installed: pyproject.toml hatch_build.py
+	@$(UV) --version >/dev/null 2>&1 || $(PYTHON3) -m pip install --quiet uv
+	@test -x $(VENV27)/bin/python || $(UV) venv --python $(PYTHON3) $(VENV27)
+	$(UV) pip install --python $(VENV27)/bin/python "torch==2.7.1" numpy pytest -e .
+	@touch $@
+
+test-torch27: $(VENV27)/.gocl-installed $(PYLIB)
+	$(VENV27)/bin/python -m pytest tests/python/torch -q -m "not slow"
 
 FUZZTIME ?= 30s
 fuzz:
