@@ -31,6 +31,12 @@ from .errors import (
 
 __version__ = "0.1.0"
 
+# torch.distributed backend "gocl": registered now if torch is already imported, else
+# right after `import torch` (one-shot import hook). Imports neither torch nor libgocl.so.
+from .torch_backend import register_when_torch_imported as _register_torch_backend
+
+_register_torch_backend()
+
 # Names served lazily from gocl.comm (which imports numpy).
 _COMM_NAMES = ("Communicator", "Work", "PreMulSum", "premul_sum", "group", "unique_id")
 
