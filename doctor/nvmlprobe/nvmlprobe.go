@@ -120,7 +120,7 @@ func gpu(i int, d nvml.Device) doctor.GPU {
 	})
 	guard(func() {
 		if b, ret := d.GetBrand(); ret == nvml.SUCCESS {
-			g.Brand = brandName(b)
+			g.Brand = doctor.BrandName(int(b))
 		}
 	})
 	guard(func() {
@@ -146,27 +146,7 @@ func busID(p nvml.PciInfo) string {
 		}
 		b.WriteByte(byte(c))
 	}
-	s := strings.ToLower(b.String())
-	if s == "" {
-		if p.Bus == 0 && p.Device == 0 && p.Domain == 0 {
-			return ""
-		}
-		return fmt.Sprintf("%04x:%02x:%02x.0", p.Domain, p.Bus, p.Device)
-	}
-	if dom, rest, ok := strings.Cut(s, ":"); ok && len(dom) == 8 && strings.HasPrefix(dom, "0000") {
-		s = dom[4:] + ":" + rest
-	}
-	return s
-}
-
-var p2pNames = map[nvml.GpuP2PStatus]string{
-	nvml.P2P_STATUS_OK:                         "OK",
-	nvml.P2P_STATUS_CHIPSET_NOT_SUPPORTED:      "CHIPSET_NOT_SUPPORTED",
-	nvml.P2P_STATUS_GPU_NOT_SUPPORTED:          "GPU_NOT_SUPPORTED",
-	nvml.P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED: "IOH_TOPOLOGY_NOT_SUPPORTED",
-	nvml.P2P_STATUS_DISABLED_BY_REGKEY:         "DISABLED_BY_REGKEY",
-	nvml.P2P_STATUS_NOT_SUPPORTED:              "NOT_SUPPORTED",
-	nvml.P2P_STATUS_UNKNOWN:                    "UNKNOWN",
+	return doctor.SysfsBusID(b.String(), p.Domain, p.Bus, p.Device)
 }
 
 func p2pMatrix(devs []nvml.Device, idx nvml.GpuP2PCapsIndex) [][]string {
@@ -182,11 +162,7 @@ func p2pMatrix(devs []nvml.Device, idx nvml.GpuP2PCapsIndex) [][]string {
 			guard(func() {
 				st, ret := devs[i].GetP2PStatus(devs[j], idx)
 				if ret == nvml.SUCCESS {
-					if name, ok := p2pNames[st]; ok {
-						m[i][j] = name
-					} else {
-						m[i][j] = "UNKNOWN"
-					}
+					m[i][j] = doctor.P2PStatusName(int(st))
 				}
 			})
 		}
@@ -263,30 +239,6 @@ func archName(a nvml.DeviceArchitecture) string {
 		return "rubin"
 	}
 	return fmt.Sprintf("arch-%d", a)
-}
-
-func brandName(b nvml.BrandType) string {
-	switch b {
-	case nvml.BRAND_QUADRO:
-		return "quadro"
-	case nvml.BRAND_TESLA:
-		return "tesla"
-	case nvml.BRAND_GEFORCE:
-		return "geforce"
-	case nvml.BRAND_TITAN:
-		return "titan"
-	case nvml.BRAND_QUADRO_RTX:
-		return "quadro_rtx"
-	case nvml.BRAND_NVIDIA_RTX:
-		return "nvidia_rtx"
-	case nvml.BRAND_NVIDIA:
-		return "nvidia"
-	case nvml.BRAND_GEFORCE_RTX:
-		return "geforce_rtx"
-	case nvml.BRAND_TITAN_RTX:
-		return "titan_rtx"
-	}
-	return fmt.Sprintf("brand-%d", b)
 }
 
 // Return names such as "ERROR_LIBRARY_NOT_FOUND" (stable, for the JSON).
