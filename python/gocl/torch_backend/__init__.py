@@ -42,9 +42,11 @@ What to know:
   PREMUL_SUM with a real factor). Other unsupported dtype/op pairs raise a
   TypeError naming dtype, op and rank before anything is sent.
 * CUDA tensors are staged through host memory (correct, not fast).
-* On the Backend route, Works reach Python through torch's C++ holder,
-  which forwards only ``wait()`` and ``get_future()``: use
-  ``work.get_future().done()`` rather than ``work.is_completed()``.
+* Works of calls that ran inline are torch's own future-backed Works. Works
+  of queued calls are Python Works (their wait() raises the call's error);
+  on the Backend route torch's C++ holder forwards only ``wait()`` and
+  ``get_future()`` of those: poll ``work.get_future().done()``, not
+  ``work.is_completed()``.
 * Environment: GOCL_TORCH_IMPL, GOCL_TORCH_P2P_WINDOW_MS (see ``_work``),
   GOCL_TORCH_FORCE_STAGING=1 (stage every tensor, a debugging aid), and
   gocl's own GOCL_* variables (GOCL_DEBUG=INFO prints a line per group).

@@ -136,7 +136,6 @@ class Engine:
         self.group_id = group_id
         self.executor = Executor(f"{group_id}:{rank}")
         self._shut = False
-        self._sync_done = completed_work([])  # returned by calls known to be synchronous
         self.seq = 0  # operations issued (torch's "sequence number for group")
 
     @classmethod
@@ -254,11 +253,11 @@ class Engine:
             st["h"].write_back()
         return issue, finish
 
-    def _done(self, is_async: bool, result) -> GoclWork:
-        """The Work of a call that ran inline. A synchronous torch call only
-        waits on its Work and drops it, so one shared completed Work does
-        (this is the small-message latency path)."""
-        return completed_work(result) if is_async else self._sync_done
+    def _done(self, result) -> GoclWork:
+        """The Work of a call that ran inline: already complete. (It must hold
+        the real outputs even for synchronous calls: C++ callers such as DDP's
+        reducer read the future's value.)"""
+        return completed_work(result)
 
     def allreduce(self, tensors, opts=None) -> GoclWork:
         opts = opts if opts is not None else AllreduceOptions()
@@ -274,7 +273,7 @@ class Engine:
                 self.comm.all_reduce(p, p, v.numel(), red.gocl_dtype, red.gocl_op)
             finally:
                 self.executor.end_inline()
-            return self._done(False, [t])
+            return self._done([t])
         issue, finish = self._allreduce_steps(t, red)
         return self._submit(Task("allreduce", issue, finish, [t], [t]), opts, is_async)
 

@@ -157,9 +157,21 @@ def _seconds(timeout) -> float:
     return float(timeout)
 
 
-def completed_work(result) -> GoclWork:
+try:
+    from torch._C._distributed_c10d import _create_work_from_future
+except ImportError:  # pragma: no cover - every torch >= 2.5 has it
+    _create_work_from_future = None
+
+
+def completed_work(result):
+    """The Work of an operation that already succeeded. torch's own
+    future-backed Work fits here (its wait() would swallow an error, but
+    there is none) and, unlike a Python Work behind torch's C++ holder,
+    reports is_completed() correctly."""
     f = Future()
     f.set_result(result)
+    if _create_work_from_future is not None:
+        return _create_work_from_future(f)
     return GoclWork(f, result)
 
 

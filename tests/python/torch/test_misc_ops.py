@@ -134,6 +134,18 @@ def _async_order(rank, world, f):
     # (torch's C++ ProcessGroup forwards only wait() and get_future() of a
     # Python Work, so ask the future whether it is done)
     f.check(w.get_future().done(), "future done after wait")
+    # a call that ran inline still hands its outputs to the future (C++
+    # callers such as DDP's reducer read them)
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    opts = dist.AllreduceOptions()
+    if hasattr(opts, "asyncOp"):
+        opts.asyncOp = False
+    x = torch.ones(4)
+    w = backend.allreduce([x], opts)
+    w.wait()
+    val = w.get_future().value()
+    f.check(len(val) == 1 and val[0] is x and bool((x == world).all()), f"inline future value {val}")
+    f.check(w.is_completed(), "an inline call's Work is completed")
     # a sync op after async ones waits for them (ordering inline vs worker)
     a = torch.full((50_000,), 1.0)
     wa = dist.all_reduce(a, async_op=True)
