@@ -158,8 +158,9 @@ def _seconds(timeout) -> float:
 
 
 try:
+    from torch._C import Future as _CFuture
     from torch._C._distributed_c10d import _create_work_from_future
-except ImportError:  # pragma: no cover - every torch >= 2.5 has it
+except ImportError:  # pragma: no cover - every torch >= 2.5 has them
     _create_work_from_future = None
 
 
@@ -168,10 +169,12 @@ def completed_work(result):
     future-backed Work fits here (its wait() would swallow an error, but
     there is none) and, unlike a Python Work behind torch's C++ holder,
     reports is_completed() correctly."""
+    if _create_work_from_future is not None:
+        f = _CFuture([])  # the C++ future itself: cheaper than torch.futures.Future's wrapper
+        f.set_result(result)
+        return _create_work_from_future(f)
     f = Future()
     f.set_result(result)
-    if _create_work_from_future is not None:
-        return _create_work_from_future(f)
     return GoclWork(f, result)
 
 
@@ -189,6 +192,7 @@ class Executor:
         self._closed = False
         self._batch: list | None = None  # tasks collected while coalescing
         self._flush = False  # run queued point-to-point tasks now
+        self._draining = 0  # threads waiting in drain()
         self._window = _p2p_window()
 
     # coalescing -----------------------------------------------------------
@@ -282,7 +286,8 @@ class Executor:
     def _done_one(self, n: int = 1) -> None:
         with self._mu:
             self._pending -= n
-            self._cv.notify_all()
+            if self._draining:
+                self._cv.notify_all()
 
     def _ensure_worker(self) -> None:
         if self._worker is None:
@@ -339,8 +344,12 @@ class Executor:
         with self._mu:
             self._flush = True
             self._cv.notify_all()
-            while self._pending:
-                self._cv.wait()
+            self._draining += 1
+            try:
+                while self._pending:
+                    self._cv.wait()
+            finally:
+                self._draining -= 1
 
     def close(self) -> None:
         self.drain()
