@@ -506,13 +506,36 @@ func TestEveryCheckHasCode(t *testing.T) {
 
 func TestKBRejectsDefects(t *testing.T) {
 	for name, patch := range map[string][2]string{
-		"bad severity":  {`"severity": "error"`, `"severity": "fatal"`},
-		"unknown check": {`"check": "nvml"`, `"check": "nope"`},
-		"bad template":  {`{{.Status}}`, `{{.Status`},
+		"bad severity":   {`"severity": "error"`, `"severity": "fatal"`},
+		"unknown check":  {`"check": "nvml"`, `"check": "nope"`},
+		"bad template":   {`{{.Status}}`, `{{.Status`},
+		"startup GOCL_":  {`{ "name": "GOCL_P2P_DISABLE", "value": "0" }`, `{ "name": "GOCL_P2P_DISABLE", "value": "0", "startup": true }`},
+		"startup append": {`"value": "--xla_gpu_autotune_level=0", "mode": "append"`, `"value": "--xla_gpu_autotune_level=0", "mode": "append", "startup": true`},
 	} {
 		data := strings.Replace(string(kbJSON), patch[0], patch[1], 1)
 		if _, err := LoadKB([]byte(data)); err == nil {
 			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// The startup settings of a report: applied where unset, kept where the
+// user set them, and only from rules marked so in the knowledge base.
+func TestStartupDefaults(t *testing.T) {
+	r := Judge(load(t, "rtxpro6000-pair-p2p-iommu.json"), nil)
+	unset := func(string) (string, bool) { return "", false }
+	apply, kept := StartupDefaults(r, nil, unset)
+	if len(apply) != 1 || apply[0].Name != "NCCL_P2P_DISABLE" || apply[0].Value != "1" ||
+		apply[0].Rule != "p2p-unsafe-iommu" || !strings.Contains(apply[0].Reason, "IOMMU") || len(kept) != 0 {
+		t.Fatalf("apply %+v kept %+v", apply, kept)
+	}
+	userSet := func(n string) (string, bool) { return "0", n == "NCCL_P2P_DISABLE" }
+	if apply, kept := StartupDefaults(r, nil, userSet); len(apply) != 0 || len(kept) != 1 || kept[0].User != "0" {
+		t.Fatalf("user's value: apply %+v kept %+v", apply, kept)
+	}
+	for _, fx := range []string{"rtx5090-pair-geforce-jax.json", "h100-torch-cu126.json", "no-gpu.json", "rtx5090-torch271-cu126.json"} {
+		if apply, _ := StartupDefaults(Judge(load(t, fx), nil), nil, unset); len(apply) != 0 {
+			t.Errorf("%s: %+v", fx, apply)
 		}
 	}
 }

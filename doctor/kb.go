@@ -74,11 +74,13 @@ type Rule struct {
 
 // EnvRule is an environment variable a rule recommends. Mode "append" adds
 // the value to the variable's current content (XLA_FLAGS); the default
-// replaces it.
+// replaces it. Startup marks a safe transport setting that libgocl applies
+// itself when it starts and the variable is unset (runtime/defaults).
 type EnvRule struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
-	Mode  string `json:"mode"`
+	Name    string `json:"name"`
+	Value   string `json:"value"`
+	Mode    string `json:"mode"`
+	Startup bool   `json:"startup"`
 }
 
 var severities = map[string]int{"error": 3, "warning": 2, "info": 1}
@@ -108,6 +110,11 @@ func LoadKB(data []byte) (*KB, error) {
 		for _, e := range r.Env {
 			if e.Mode != "" && e.Mode != "append" && e.Mode != "set" {
 				return nil, fmt.Errorf("knowledge base: rule %s: env %s: mode %q", r.ID, e.Name, e.Mode)
+			}
+			// libgocl sets startup variables in its process for the other
+			// libraries there; its own GOCL_ settings are never changed.
+			if e.Startup && (e.Mode == "append" || strings.HasPrefix(e.Name, "GOCL_")) {
+				return nil, fmt.Errorf("knowledge base: rule %s: env %s: a startup setting must be a plain set of a non-GOCL_ variable", r.ID, e.Name)
 			}
 		}
 		var err error

@@ -38,6 +38,7 @@ var table = []Var{
 	{"TIMEOUT", "600", "seconds an init or an operation may wait on a peer before failing with goclTimeout"},
 	{"TRACE_BUFFER", "0", "keep the last N calls per communicator and print them when it fails (a flight recorder for post-mortems)"},
 	{"SPIN_US", "50", "microseconds a waiting rank polls (yielding the CPU) before it sleeps; 0 sleeps at once"},
+	{"DEFAULTS", "1", "1: when gocl starts on a machine that gocl doctor's knowledge base flags, it sets the safe transport settings you left unset for the other libraries in its process (today NCCL_P2P_DISABLE=1 where PCIe P2P runs behind an IOMMU or ACS) and logs each at INFO; gocl's own settings are unaffected. 0: set nothing"},
 	{"DIRECT_THRESHOLD", "32768", "allreduce, allgather, reducescatter, broadcast and reduce up to this many bytes use the direct algorithm (one step; above it the pipelined ring)"},
 }
 
@@ -69,7 +70,7 @@ func Source(name string) (string, string) {
 	if v, ok := os.LookupEnv("GOCL_" + name); ok {
 		return v, "GOCL_" + name
 	}
-	if v, ok := os.LookupEnv("NCCL_" + name); ok {
+	if v, ok := os.LookupEnv("NCCL_" + name); ok && !SetByGocl("NCCL_"+name) {
 		return v, "NCCL_" + name
 	}
 	for _, t := range table {
@@ -149,6 +150,29 @@ func Check() error {
 		return fmt.Errorf("GOCL_ALGO=%q: use ring or direct (or leave it unset)", lookup("ALGO"))
 	}
 	return nil
+}
+
+// gocl's own entries in the environment (runtime/defaults): NCCL_ variables
+// set for NCCL in the same process, which gocl's settings must not fall back
+// to, or a safety setting meant for GPU peer access would move gocl's
+// in-process ranks onto sockets.
+var (
+	ownMu sync.Mutex
+	own   = map[string]bool{}
+)
+
+// MarkSetByGocl records that gocl itself set environment variable env.
+func MarkSetByGocl(env string) {
+	ownMu.Lock()
+	own[env] = true
+	ownMu.Unlock()
+}
+
+// SetByGocl reports whether gocl itself set environment variable env.
+func SetByGocl(env string) bool {
+	ownMu.Lock()
+	defer ownMu.Unlock()
+	return own[env]
 }
 
 // Reset forgets the values read so far; tests use it after os.Setenv.

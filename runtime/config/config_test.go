@@ -25,6 +25,32 @@ func TestPrecedence(t *testing.T) {
 	}
 }
 
+// A NCCL_ variable gocl set for NCCL (runtime/defaults) is not read back as
+// a gocl setting; one the user set still is.
+func TestNoFallbackToGoclsOwnNCCLVariables(t *testing.T) {
+	t.Cleanup(func() {
+		ownMu.Lock()
+		delete(own, "NCCL_P2P_DISABLE")
+		ownMu.Unlock()
+		Reset()
+	})
+	t.Setenv("NCCL_P2P_DISABLE", "1")
+	Reset()
+	if v, src := Source("P2P_DISABLE"); v != "1" || src != "NCCL_P2P_DISABLE" {
+		t.Fatalf("user's NCCL_P2P_DISABLE: %q from %s", v, src)
+	}
+	MarkSetByGocl("NCCL_P2P_DISABLE")
+	Reset()
+	if v, src := Source("P2P_DISABLE"); v != "0" || src != "default" || Bool("P2P_DISABLE") {
+		t.Fatalf("gocl's own NCCL_P2P_DISABLE leaked into its setting: %q from %s", v, src)
+	}
+	t.Setenv("GOCL_P2P_DISABLE", "1")
+	Reset()
+	if !Bool("P2P_DISABLE") {
+		t.Fatal("GOCL_P2P_DISABLE=1 ignored")
+	}
+}
+
 func TestCheckNamesTheVariable(t *testing.T) {
 	t.Cleanup(Reset)
 	for k, v := range map[string]string{"GOCL_BUFFSIZE": "big", "GOCL_TIMEOUT": "soon", "GOCL_ALGO": "tree"} {
