@@ -247,3 +247,18 @@ func (kb *KB) driverMinimumFor(cuda string) (Version, string, bool) {
 	v, _ := kb.DriverMinimum.minimum(best)
 	return v, best, true
 }
+
+// startup reports whether one of rules applies variable name at libgocl's
+// startup (runtime/defaults).
+func (kb *KB) startup(name string, rules []string) bool {
+	for _, id := range rules {
+		if r := kb.Rule(id); r != nil {
+			for _, e := range r.Env {
+				if e.Name == name && e.Startup {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}

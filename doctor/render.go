@@ -327,6 +327,8 @@ func (r *Report) WriteText(w io.Writer, o TextOptions) {
 			note := strings.Join(a.Rules, ", ")
 			if a.UserValue != nil && *a.UserValue != a.Value {
 				note += fmt.Sprintf("; now %s=%s", k, shellQuote(*a.UserValue))
+			} else if kb.startup(k, a.Rules) {
+				note += "; gocl sets it in its own processes when unset"
 			}
 			fmt.Fprintf(b, "  export %s=%s   # %s\n", k, shellQuote(a.Value), note)
 		}
