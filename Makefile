@@ -74,6 +74,13 @@ $(BUILD)/fork_test: tests/c/fork_test.c lib
 $(BUILD)/allreduce_perf: bench/allreduce_perf.c tests/c/launch.c tests/c/launch.h lib
 	$(CC) $(CFLAGS) bench/allreduce_perf.c tests/c/launch.c -L$(BUILD) -lgocl $(RPATH) -o $@
 
+# A stand-in libnvidia-ml.so.1 (no driver needed) for libgocl's NVML reader
+# (capi/nvml.c); tests/python/test_nvml_shim.py puts it on LD_LIBRARY_PATH.
+FAKE_NVML := $(BUILD)/fake-nvml/libnvidia-ml.so.1
+$(FAKE_NVML): tests/c/fake_nvml.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -shared -fPIC -Wl,-soname,libnvidia-ml.so.1 $< -o $@
+
 $(BUILD)/mpi_allreduce_perf: bench/mpi_allreduce_perf.c
 	@command -v mpicc >/dev/null || $(MAKE) mpi
 	mpicc -O2 $< -o $@
@@ -101,7 +108,7 @@ test-c: $(BUILD)/gocl_test $(BUILD)/fork_test
 	for n in 1 2 3 4 5; do $(BUILD)/gocl_test -n $$n || exit 1; done
 	$(BUILD)/gocl_test -n 3 --kill-rank 1
 
-test-python: venv
+test-python: venv $(FAKE_NVML)
 	$(PY) -m pytest tests/python -q
 
 # The torch backend on the oldest torch our users report (2.7.1: the
