@@ -32,6 +32,7 @@ func goclgoGetUniqueId(out *C.char) (rc C.int) {
 	if out == nil {
 		return record(0, nullArg("uniqueId"))
 	}
+	startup()
 	id, err := comm.NewUniqueID()
 	if err != nil {
 		return record(0, err)
@@ -46,6 +47,7 @@ func goclgoCommInitRank(out *C.uintptr_t, nranks C.int, id *C.char, rank C.int) 
 	if out == nil {
 		return record(0, nullArg("comm (the output pointer)"))
 	}
+	startup()
 	var uid bootstrap.ID
 	copy(uid[:], unsafe.Slice((*byte)(unsafe.Pointer(id)), bootstrap.IDBytes))
 	if g := currentGroup(); g != nil {
@@ -70,6 +72,7 @@ func goclgoCommInitAll(out *C.uintptr_t, ndev C.int, devlist *C.int) (rc C.int) 
 	if out == nil {
 		return record(0, nullArg("comms"))
 	}
+	startup()
 	if ndev <= 0 {
 		return record(0, status.Errorf(status.InvalidArgument, "ndev is %d: pass the number of communicators to create (>= 1)", int(ndev)))
 	}
