@@ -8,6 +8,8 @@ package's ``pytest11`` entry point: run the suite from the venv that
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -25,3 +27,18 @@ def pytest_configure(config):
             "the gocl pytest plugin is not loaded: install the package (make venv, or "
             "uv pip install -e '.[test]') and run pytest from that environment")
 
+
+
+@pytest.fixture(scope="session")
+def fake_nvml_dir() -> Path:
+    """The folder of the fake libnvidia-ml.so.1 (tests/c/fake_nvml.c), built
+    when missing or stale: put it first on LD_LIBRARY_PATH of a child."""
+    lib = REPO / "build" / "fake-nvml" / "libnvidia-ml.so.1"
+    source = REPO / "tests" / "c" / "fake_nvml.c"
+    if not lib.is_file() or lib.stat().st_mtime < source.stat().st_mtime:
+        if shutil.which("make") is None:
+            pytest.fail(f"{lib} is missing and make is not installed")
+        r = subprocess.run(["make", str(lib.relative_to(REPO))], cwd=REPO,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+    return lib.parent

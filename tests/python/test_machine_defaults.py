@@ -19,8 +19,6 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-FAKE_NVML = REPO / "build" / "fake-nvml" / "libnvidia-ml.so.1"
 PRO6000 = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition|12.0|13|00000000:{}:00.0"
 
 # Two in-process ranks start gocl; the child prints what NCCL would read
@@ -42,17 +40,10 @@ CHILD = textwrap.dedent("""
 """)
 
 
-@pytest.fixture(scope="module")
-def fake_nvml() -> Path:
-    if not FAKE_NVML.exists():
-        subprocess.run(["make", "-s", str(FAKE_NVML.relative_to(REPO))], cwd=REPO, check=True)
-    return FAKE_NVML
-
-
-def run_child(fake_nvml: Path, tmp_path: Path, env: dict[str, str], iommu: str | None = None) -> tuple[str, str]:
+def run_child(nvml_dir: Path, tmp_path: Path, env: dict[str, str], iommu: str | None = None) -> tuple[str, str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "GOCL_"))}
     full.update({
-        "LD_LIBRARY_PATH": str(fake_nvml.parent),
+        "LD_LIBRARY_PATH": str(nvml_dir),
         "FAKE_NVML_GPUS": ";".join(PRO6000.format(b) for b in ("41", "81")),
         "GOCL_DEBUG": "INFO", "GOCL_DEBUG_SUBSYS": "ENV,INIT",
         "GOCL_DEBUG_FILE": str(tmp_path / "gocl.log"), "GOCL_TIMEOUT": "60",
@@ -82,8 +73,8 @@ needs_ns = pytest.mark.skipif(not can_mount_namespace(), reason="needs root and 
 
 
 @needs_ns
-def test_p2p_behind_iommu_gets_nccl_p2p_disable(fake_nvml, tmp_path):
-    out, log = run_child(fake_nvml, tmp_path, {}, iommu="DMA")
+def test_p2p_behind_iommu_gets_nccl_p2p_disable(fake_nvml_dir, tmp_path):
+    out, log = run_child(fake_nvml_dir, tmp_path, {}, iommu="DMA")
     assert "NCCL_P2P_DISABLE=1" in out
     line = next(ln for ln in log.splitlines() if "NCCL_P2P_DISABLE=1 set by gocl" in ln)
     assert "GOCL INFO" in line and "p2p-unsafe-iommu" in line and "IOMMU" in line
@@ -93,30 +84,30 @@ def test_p2p_behind_iommu_gets_nccl_p2p_disable(fake_nvml, tmp_path):
 
 
 @needs_ns
-def test_user_setting_is_kept(fake_nvml, tmp_path):
-    out, log = run_child(fake_nvml, tmp_path, {"NCCL_P2P_DISABLE": "0"}, iommu="DMA")
+def test_user_setting_is_kept(fake_nvml_dir, tmp_path):
+    out, log = run_child(fake_nvml_dir, tmp_path, {"NCCL_P2P_DISABLE": "0"}, iommu="DMA")
     assert "NCCL_P2P_DISABLE=0" in out
     assert 'NCCL_P2P_DISABLE="0" kept as you set it' in log
 
 
 @needs_ns
-def test_gocl_defaults_off(fake_nvml, tmp_path):
-    out, log = run_child(fake_nvml, tmp_path, {"GOCL_DEFAULTS": "0"}, iommu="DMA")
+def test_gocl_defaults_off(fake_nvml_dir, tmp_path):
+    out, log = run_child(fake_nvml_dir, tmp_path, {"GOCL_DEFAULTS": "0"}, iommu="DMA")
     assert "NCCL_P2P_DISABLE=<unset>" in out
     assert "GOCL_DEFAULTS=0: no machine defaults" in log
 
 
 @needs_ns
-def test_iommu_passthrough_is_not_flagged(fake_nvml, tmp_path):
-    out, log = run_child(fake_nvml, tmp_path, {}, iommu="identity")
+def test_iommu_passthrough_is_not_flagged(fake_nvml_dir, tmp_path):
+    out, log = run_child(fake_nvml_dir, tmp_path, {}, iommu="identity")
     assert "NCCL_P2P_DISABLE=<unset>" in out
     assert "set by gocl" not in log
 
 
-def test_this_machine_is_not_flagged(fake_nvml, tmp_path):
+def test_this_machine_is_not_flagged(fake_nvml_dir, tmp_path):
     # This host's IOMMU state as it is (here: off, or unreadable ACS): at most
     # the doctor's "unverified" note, which sets nothing.
-    out, log = run_child(fake_nvml, tmp_path, {})
+    out, log = run_child(fake_nvml_dir, tmp_path, {})
     if "set by gocl" in log:
         pytest.skip("this host's IOMMU translates DMA: the flagged case, covered above")
     assert "NCCL_P2P_DISABLE=<unset>" in out
@@ -125,5 +116,5 @@ def test_this_machine_is_not_flagged(fake_nvml, tmp_path):
 def test_no_driver_sets_nothing(tmp_path):
     empty = tmp_path / "nolib"
     empty.mkdir()
-    out, log = run_child(empty / "libnvidia-ml.so.1", tmp_path, {})
+    out, log = run_child(empty, tmp_path, {})
     assert "NCCL_P2P_DISABLE=<unset>" in out

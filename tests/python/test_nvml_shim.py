@@ -22,8 +22,6 @@ import pytest
 from gocl import _lib
 
 REPO = Path(__file__).resolve().parents[2]
-FAKE_SOURCE = REPO / "tests" / "c" / "fake_nvml.c"
-FAKE_LIB = REPO / "build" / "fake-nvml" / "libnvidia-ml.so.1"
 
 PRO6000 = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
 TWO_PRO6000 = f"{PRO6000}|12.0|13|00000000:41:00.0;{PRO6000}|12.0|13|00000000:81:00.0"
@@ -55,18 +53,6 @@ def libgocl() -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def fake_dir() -> Path:
-    """The fake library's folder, building it when missing or stale."""
-    if not FAKE_LIB.is_file() or FAKE_LIB.stat().st_mtime < FAKE_SOURCE.stat().st_mtime:
-        if shutil.which("make") is None:
-            pytest.fail(f"{FAKE_LIB} is missing and make is not installed")
-        r = subprocess.run(["make", str(FAKE_LIB.relative_to(REPO))], cwd=REPO,
-                           capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, r.stdout + r.stderr
-    return FAKE_LIB.parent
-
-
 def child_env(library_dir: Path | None, **fake: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_NVML_")}
     if library_dir is not None:
@@ -82,8 +68,8 @@ def probe(libgocl: Path, env: dict[str, str]) -> dict:
     return json.loads(r.stdout)
 
 
-def fake_probe(libgocl: Path, fake_dir: Path, **fake: str) -> dict:
-    return probe(libgocl, child_env(fake_dir, **fake))
+def fake_probe(libgocl: Path, fake_nvml_dir: Path, **fake: str) -> dict:
+    return probe(libgocl, child_env(fake_nvml_dir, **fake))
 
 
 def test_no_undefined_nvml_symbols(libgocl):
@@ -107,8 +93,8 @@ def test_no_driver(libgocl, tmp_path):
     assert "gpus" not in facts and "p2p" not in facts and "driver_version" not in facts
 
 
-def test_two_rtx_pro_6000(libgocl, fake_dir):
-    facts = fake_probe(libgocl, fake_dir, FAKE_NVML_GPUS=TWO_PRO6000)
+def test_two_rtx_pro_6000(libgocl, fake_nvml_dir):
+    facts = fake_probe(libgocl, fake_nvml_dir, FAKE_NVML_GPUS=TWO_PRO6000)
     assert facts == {
         "nvml": {"status": "ok"},
         "driver_version": "580.82.07",
@@ -123,8 +109,8 @@ def test_two_rtx_pro_6000(libgocl, fake_dir):
     }
 
 
-def test_versions_from_env(libgocl, fake_dir):
-    facts = fake_probe(libgocl, fake_dir, FAKE_NVML_GPUS=TWO_PRO6000, FAKE_NVML_DRIVER="575.51.03",
+def test_versions_from_env(libgocl, fake_nvml_dir):
+    facts = fake_probe(libgocl, fake_nvml_dir, FAKE_NVML_GPUS=TWO_PRO6000, FAKE_NVML_DRIVER="575.51.03",
                        FAKE_NVML_CUDA="12090")
     assert (facts["driver_version"], facts["cuda_driver_version"]) == ("575.51.03", 12090)
 
@@ -134,9 +120,9 @@ def test_versions_from_env(libgocl, fake_dir):
     ({"FAKE_NVML_P2P": "1"}, "CHIPSET_NOT_SUPPORTED"),
     ({"FAKE_NVML_P2P_RC": "3"}, "ERR"),  # NVML could not answer
 ])
-def test_p2p_status(libgocl, fake_dir, fake, cell):
+def test_p2p_status(libgocl, fake_nvml_dir, fake, cell):
     gpus = ";".join([f"{PRO6000}|12.0|13|00000000:{b}:00.0" for b in ("41", "61", "81")])
-    facts = fake_probe(libgocl, fake_dir, FAKE_NVML_GPUS=gpus, **fake)
+    facts = fake_probe(libgocl, fake_nvml_dir, FAKE_NVML_GPUS=gpus, **fake)
     expect = [["X" if i == j else cell for j in range(3)] for i in range(3)]
     assert facts["p2p"] == {"read": expect, "write": expect}
 
@@ -146,21 +132,21 @@ def test_p2p_status(libgocl, fake_dir, fake, cell):
     ("18", "ERROR_LIB_RM_VERSION_MISMATCH"),
     ("42", "ERROR_42"),
 ])
-def test_init_fails(libgocl, fake_dir, rc, status):
+def test_init_fails(libgocl, fake_nvml_dir, rc, status):
     # The fake aborts on any call after a failed init: exit 0 proves none came.
-    facts = fake_probe(libgocl, fake_dir, FAKE_NVML_GPUS=TWO_PRO6000, FAKE_NVML_INIT_RC=rc)
+    facts = fake_probe(libgocl, fake_nvml_dir, FAKE_NVML_GPUS=TWO_PRO6000, FAKE_NVML_INIT_RC=rc)
     assert facts["nvml"]["status"] == status
     assert facts["missing"] == {"nvml": f"nvmlInit_v2: {status}"}
     assert "gpus" not in facts and "p2p" not in facts and "driver_version" not in facts
 
 
-def test_one_gpu_has_no_p2p(libgocl, fake_dir):
-    facts = fake_probe(libgocl, fake_dir, FAKE_NVML_GPUS="NVIDIA GeForce RTX 5090|12.0|15|00000000:01:00.0")
+def test_one_gpu_has_no_p2p(libgocl, fake_nvml_dir):
+    facts = fake_probe(libgocl, fake_nvml_dir, FAKE_NVML_GPUS="NVIDIA GeForce RTX 5090|12.0|15|00000000:01:00.0")
     assert facts["gpus"] == [{"index": 0, "name": "NVIDIA GeForce RTX 5090", "compute_capability": "12.0",
                               "pci_bus_id": "0000:01:00.0", "brand": "geforce_rtx", "source": "nvml"}]
     assert "p2p" not in facts and "missing" not in facts
 
 
-def test_no_gpus(libgocl, fake_dir):
-    facts = fake_probe(libgocl, fake_dir)
+def test_no_gpus(libgocl, fake_nvml_dir):
+    facts = fake_probe(libgocl, fake_nvml_dir)
     assert facts == {"nvml": {"status": "ok"}, "driver_version": "580.82.07", "cuda_driver_version": 13000}
