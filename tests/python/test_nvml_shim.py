@@ -21,7 +21,6 @@ import pytest
 
 from gocl import _lib
 
-REPO = Path(__file__).resolve().parents[2]
 
 PRO6000 = "NVIDIA RTX PRO 6000 Blackwell Workstation Edition"
 TWO_PRO6000 = f"{PRO6000}|12.0|13|00000000:41:00.0;{PRO6000}|12.0|13|00000000:81:00.0"
