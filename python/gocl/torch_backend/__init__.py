@@ -35,8 +35,13 @@ What to know:
   ``async_op=True`` calls run in order on the group's worker thread.
 * Tags of send/recv are ignored: a pair's messages match in order (as in
   NCCL). ``recv`` from any source and ``monitored_barrier`` are not
-  supported. isend/irecv that must progress together are run together
-  (see ``_work``); ``batch_isend_irecv`` always is.
+  supported. Queued isend/irecv run together, in one gocl group, when one
+  of them is waited on (or the group's next call is made): which ones is
+  decided by program order, never by a timer (see ``_work``). An isend
+  nobody waits for goes out with the group's next call: a rank that then
+  blocks on something else (another group, the store) before calling this
+  group again holds it back, so wait on it first. ``batch_isend_irecv``
+  always runs its ops together.
 * gocl has no bitwise reductions: BAND/BOR/BXOR gather every rank's data
   and reduce locally. Complex tensors reduce as real pairs (SUM, AVG,
   PREMUL_SUM with a real factor). Other unsupported dtype/op pairs raise a
@@ -47,9 +52,9 @@ What to know:
   on the Backend route torch's C++ holder forwards only ``wait()`` and
   ``get_future()`` of those: poll ``work.get_future().done()``, not
   ``work.is_completed()``.
-* Environment: GOCL_TORCH_IMPL, GOCL_TORCH_P2P_WINDOW_MS (see ``_work``),
-  GOCL_TORCH_FORCE_STAGING=1 (stage every tensor, a debugging aid), and
-  gocl's own GOCL_* variables (GOCL_DEBUG=INFO prints a line per group).
+* Environment: GOCL_TORCH_IMPL, GOCL_TORCH_FORCE_STAGING=1 (stage every
+  tensor, a debugging aid), and gocl's own GOCL_* variables
+  (GOCL_DEBUG=INFO prints a line per group).
 """
 
 from __future__ import annotations

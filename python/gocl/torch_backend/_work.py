@@ -16,10 +16,19 @@ time in the order they were submitted:
   run: consecutive ones run together in one gocl group, so
   ``req = isend(next); recv(prev); req.wait()`` or ``irecv; isend; wait``
   rings progress at any size instead of each rank blocking in its first
-  call. They run as soon as one of their Works is waited on (or its future
-  asked for), a synchronous call or any collective is queued behind them,
-  the group is destroyed, or GOCL_TORCH_P2P_WINDOW_MS (default 50 ms) passes
-  (so a send nobody waits for still goes out).
+  call. They are released by program events only, never by a clock: a
+  wait() on one of their Works (or get_future(), is_completed()) releases
+  every point-to-point task submitted so far; a collective or synchronous
+  call queued behind them runs them first; destroying the group runs the
+  rest. So a send nobody waits for goes out with the group's next call.
+
+  (gocl runs one operation per communicator at a time, and a started gocl
+  group takes no new members. A timer that released tasks, as
+  GOCL_TORCH_P2P_WINDOW_MS did, made the batches depend on timing: a rank
+  stalled for longer than the window between ``irecv`` and ``isend`` ran
+  the irecv alone, blocked in it with its isend queued behind, and when
+  every rank of a ring did so they waited for each other until
+  GOCL_TIMEOUT.)
 
 ctypes releases the GIL during each gocl call, so the worker's collectives
 overlap with Python and autograd work on other threads.
@@ -32,6 +41,7 @@ import datetime
 import os
 import threading
 import time
+import warnings
 
 import torch.distributed as dist
 from torch.futures import Future
@@ -40,11 +50,19 @@ from .. import _core
 from ._staging import DeviceSync
 
 
-def _p2p_window() -> float:
-    try:
-        return max(0.0, float(os.environ.get("GOCL_TORCH_P2P_WINDOW_MS", "50"))) / 1000.0
-    except ValueError:
-        return 0.05
+_warned_window = False
+
+
+def _warn_window() -> None:
+    """GOCL_TORCH_P2P_WINDOW_MS is gone (see the module docstring): say so
+    once instead of ignoring it silently."""
+    global _warned_window
+    if _warned_window or "GOCL_TORCH_P2P_WINDOW_MS" not in os.environ:
+        return
+    _warned_window = True
+    warnings.warn("gocl: GOCL_TORCH_P2P_WINDOW_MS is ignored: queued isend/irecv now run when one of "
+                  "their Works is waited on or the group's next call is made, never on a timer "
+                  "(a timer made ring exchanges deadlock under load)", stacklevel=3)
 
 
 class Task:
@@ -191,9 +209,10 @@ class Executor:
         self._worker: threading.Thread | None = None
         self._closed = False
         self._batch: list | None = None  # tasks collected while coalescing
-        self._flush = False  # run queued point-to-point tasks now
+        self._submitted = 0  # tasks queued so far; queue entries carry their number
+        self._released = 0  # queued point-to-point tasks numbered up to this may run
         self._draining = 0  # threads waiting in drain()
-        self._window = _p2p_window()
+        _warn_window()
 
     # coalescing -----------------------------------------------------------
     def start_coalescing(self) -> None:
@@ -256,11 +275,12 @@ class Executor:
                 self._exec.acquire()  # free: nothing is pending
             else:
                 fut = Future()
-                self._queue.append((task, fut, also, time.monotonic()))
+                self._submitted += 1
+                self._queue.append((task, fut, also, self._submitted))
                 if not async_op:
-                    self._flush = True
+                    self._released = self._submitted
                 self._ensure_worker()
-                self._cv.notify()
+                self._cv.notify_all()  # the worker; drain() waits on the same condition
         if inline:
             try:
                 run_tasks([task])
@@ -277,10 +297,12 @@ class Executor:
         return GoclWork(fut, task.result, self)
 
     def flush(self) -> None:
-        """Run queued point-to-point tasks without waiting for company."""
+        """Release every point-to-point task submitted so far (and only
+        those: the batch a wait() starts is fixed by program order, not by
+        when the worker gets to it)."""
         with self._mu:
-            if not self._flush:
-                self._flush = True
+            if self._released < self._submitted:
+                self._released = self._submitted
                 self._cv.notify_all()
 
     def _done_one(self, n: int = 1) -> None:
@@ -296,28 +318,29 @@ class Executor:
 
     def _next(self):
         """Under _mu: wait for the next batch to run (None: closed). A batch is
-        one task, or every consecutive point-to-point task at the head."""
+        one task, or point-to-point tasks at the head: all of them when
+        something else is queued behind them (or the executor is closing),
+        else those released by flush()."""
+        queue = self._queue
         while True:
-            if not self._queue:
+            if not queue:
                 if self._closed:
                     return None
-                self._flush = False
                 self._cv.wait()
                 continue
-            head = self._queue[0]
-            if head[0].p2p and not self._flush and not self._closed \
-                    and all(entry[0].p2p for entry in self._queue):
-                left = head[3] + self._window - time.monotonic()
-                if left > 0:
-                    self._cv.wait(left)
+            if not queue[0][0].p2p:
+                return [queue.popleft()]
+            n = 1
+            while n < len(queue) and queue[n][0].p2p:
+                n += 1
+            if n == len(queue) and not self._closed:
+                n = 0
+                while n < len(queue) and queue[n][3] <= self._released:
+                    n += 1
+                if n == 0:
+                    self._cv.wait()
                     continue
-            batch = [self._queue.popleft()]
-            if head[0].p2p:
-                while self._queue and self._queue[0][0].p2p:
-                    batch.append(self._queue.popleft())
-            if not self._queue:
-                self._flush = False
-            return batch
+            return [queue.popleft() for _ in range(n)]
 
     def _loop(self) -> None:
         while True:
@@ -342,7 +365,7 @@ class Executor:
     def drain(self) -> None:
         """Wait until every submitted task has finished."""
         with self._mu:
-            self._flush = True
+            self._released = self._submitted
             self._cv.notify_all()
             self._draining += 1
             try:

@@ -220,6 +220,78 @@ def test_p2p_objects_coalesced_async_errors(world):
         f.done()
 
 
+def test_executor_releases_p2p_by_program_order_not_by_time(monkeypatch):
+    """The executor alone (gocl calls stubbed out): queued point-to-point
+    tasks never start on their own, however long they wait; a wait (here
+    get_future) releases exactly the ones submitted before it; a collective
+    queued behind runs the rest first."""
+    import time
+
+    from gocl.torch_backend import _work
+
+    ran = []
+    monkeypatch.setattr(_work, "run_tasks", lambda tasks: ran.append([t.name for t in tasks]))
+    ex = _work.Executor("unit:0")
+    try:
+        a = ex.submit(_work.Task("a", None, p2p=True), async_op=True)
+        ex.submit(_work.Task("b", None, p2p=True), async_op=True)
+        time.sleep(0.2)
+        assert ran == []
+        fut = a.get_future()
+        ex.submit(_work.Task("c", None, p2p=True), async_op=True)  # after the release: not in its batch
+        fut.wait()
+        time.sleep(0.1)
+        assert ran == [["a", "b"]]
+        ex.submit(_work.Task("d", None), async_op=True).wait()
+        assert ran == [["a", "b"], ["c"], ["d"]]
+    finally:
+        ex.close()
+
+
+@pytest.mark.ranks(2, timeout=90)
+def test_p2p_batches_do_not_depend_on_timing():
+    """Which queued isend/irecv run together must follow the program, not the
+    clock. Each rank pauses between the two halves of a ring exchange (as a
+    rank does when a big ``x.double()`` or a loaded machine stalls it between
+    irecv and isend): a timer that started the first half alone left it
+    blocked in gocl with its partner queued behind it, on every rank, until
+    GOCL_TIMEOUT (the old 50 ms GOCL_TORCH_P2P_WINDOW_MS is well inside the
+    pauses). 24 MB messages: more than a socket buffers, so a lone send
+    blocks as surely as a lone receive."""
+    import time
+
+    os.environ["GOCL_TIMEOUT"] = "20"  # read when the library loads (in init_process_group)
+    with group() as (rank, world):
+        f = Failures(rank)
+        peer = 1 - rank
+        n = 3_000_001
+        x = torch.full((n,), float(rank), dtype=torch.float64)
+        y = torch.empty(n, dtype=torch.float64)
+        # irecv first, then isend
+        r = dist.irecv(y, peer)
+        time.sleep(0.3)
+        s = dist.isend(x, peer)
+        r.wait()
+        s.wait()
+        f.check(bool((y == peer).all()), "irecv, pause, isend")
+        # isend first, then a blocking recv
+        y.zero_()
+        s = dist.isend(x, peer)
+        time.sleep(0.3)
+        dist.recv(y, peer)
+        s.wait()
+        f.check(bool((y == peer).all()), "isend, pause, recv")
+        # a send nobody waits for goes out with the next call on the group
+        if rank == 0:
+            dist.isend(x, 1)
+        else:
+            y.zero_()
+            dist.recv(y, 0)
+            f.check(bool((y == 0).all()), "unwaited isend")
+        dist.barrier()
+        f.done()
+
+
 @pytest.mark.ranks(2)
 def test_device_staging_path():
     """Device (CUDA) tensors go through host copies; GOCL_TORCH_FORCE_STAGING=1
