@@ -692,28 +692,40 @@ class Engine:
     # ------------------------------------------------------------ gather, scatter
     # Point-to-point inside one group: the same traffic as gocl's direct
     # gather/scatter, and it also takes blocks of different sizes.
+    def _rooted_list(self, tensors, root: int, mine, what: str, side: str) -> list:
+        """The root's list of one tensor per rank (gather's outputs, scatter's
+        inputs), checked against the other side's tensor; [] off the root."""
+        if self.rank != root:
+            return []
+        ts = list(tensors[0]) if tensors else []
+        if len(ts) != self.size:
+            raise self._err(f"{what}: the root's {side} list has {len(ts)} tensors for {self.size} ranks")
+        if any(t.dtype != mine.dtype for t in ts):
+            other = "input" if side == "output" else "output"
+            raise self._err(f"{what}: {side} tensors must have the {other}'s dtype")
+        return ts
+
+    def _at(self, rank: int, x) -> list:
+        """A per-peer list holding x for rank and None for the others."""
+        out = [None] * self.size
+        out[rank] = x
+        return out
+
     def gather(self, output_tensors, input_tensors, opts=None) -> GoclWork:
         opts = opts if opts is not None else GatherOptions()
         inp = self._one(input_tensors, "gather")
         root = self._check_root(opts.rootRank, "gather")
         me_root = self.rank == root
-        outs = list(output_tensors[0]) if (me_root and output_tensors) else []
-        if me_root and len(outs) != self.size:
-            raise self._err(f"gather: the root's output list has {len(outs)} tensors for {self.size} ranks")
-        if any(o.dtype != inp.dtype for o in outs):
-            raise self._err("gather: output tensors must have the input's dtype")
+        outs = self._rooted_list(output_tensors, root, inp, "gather", "output")
         st = {}
 
         def issue():
             h = st["h"] = Host(inp)
             if me_root:
                 os_ = st["os"] = [Host(o, read=False) for o in outs]
-                self._p2p_exchange([None] * self.rank + [h.bytes()] + [None] * (self.size - self.rank - 1),
-                                   [o.bytes() for o in os_])
+                self._p2p_exchange(self._at(self.rank, h.bytes()), [o.bytes() for o in os_])
             else:
-                sends = [None] * self.size
-                sends[root] = h.bytes()
-                self._p2p_exchange(sends, [None] * self.size)
+                self._p2p_exchange(self._at(root, h.bytes()), [None] * self.size)
 
         def finish():
             for o in st.get("os", ()):
@@ -725,25 +737,16 @@ class Engine:
         out = self._one(output_tensors, "scatter")
         root = self._check_root(opts.rootRank, "scatter")
         me_root = self.rank == root
-        ins = list(input_tensors[0]) if (me_root and input_tensors) else []
-        if me_root and len(ins) != self.size:
-            raise self._err(f"scatter: the root's input list has {len(ins)} tensors for {self.size} ranks")
-        if any(x.dtype != out.dtype for x in ins):
-            raise self._err("scatter: input tensors must have the output's dtype")
+        ins = self._rooted_list(input_tensors, root, out, "scatter", "input")
         st = {}
 
         def issue():
             o = st["o"] = Host(out, read=False)
             if me_root:
-                hs = [Host(x) for x in ins]
-                st["hs"] = hs
-                recvs = [None] * self.size
-                recvs[root] = o.bytes()
-                self._p2p_exchange([h.bytes() for h in hs], recvs)
+                hs = st["hs"] = [Host(x) for x in ins]
+                self._p2p_exchange([h.bytes() for h in hs], self._at(root, o.bytes()))
             else:
-                recvs = [None] * self.size
-                recvs[root] = o.bytes()
-                self._p2p_exchange([None] * self.size, recvs)
+                self._p2p_exchange([None] * self.size, self._at(root, o.bytes()))
 
         def finish():
             st["o"].write_back()

@@ -142,3 +142,19 @@ def test_data_movement_every_dtype(world):
         _all_to_all(rank, world, f)
         _gather_scatter(rank, world, f)
         f.done()
+
+
+@pytest.mark.ranks(1)
+def test_gather_scatter_root_list_errors():
+    """The root's list must hold one tensor per rank (torch itself checks the
+    dtypes before the backend sees them)."""
+    with group() as (rank, world):
+        x = torch.ones(3)
+        for call, msg in [
+            (lambda: dist.gather(x, [torch.empty(3), torch.empty(3)], dst=0),
+             "gather: the root's output list has 2 tensors for 1 ranks"),
+            (lambda: dist.scatter(x, [torch.ones(3), torch.ones(3)], src=0),
+             "scatter: the root's input list has 2 tensors for 1 ranks"),
+        ]:
+            with pytest.raises((ValueError, RuntimeError), match=msg):
+                call()
