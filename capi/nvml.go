@@ -21,24 +21,6 @@ import (
 
 var _ doctor.NVMLCollector = nvmlFacts
 
-// nvmlReturnNames names the NVML return codes worth telling apart (values
-// of nvmlReturn_t, as in go-nvml's pkg/nvml/const.go); others read
-// "ERROR_<n>".
-var nvmlReturnNames = map[int]string{
-	0:   "SUCCESS",
-	1:   "ERROR_UNINITIALIZED",
-	2:   "ERROR_INVALID_ARGUMENT",
-	3:   "ERROR_NOT_SUPPORTED",
-	4:   "ERROR_NO_PERMISSION",
-	6:   "ERROR_NOT_FOUND",
-	9:   "ERROR_DRIVER_NOT_LOADED",
-	12:  "ERROR_LIBRARY_NOT_FOUND",
-	13:  "ERROR_FUNCTION_NOT_FOUND",
-	15:  "ERROR_GPU_IS_LOST",
-	18:  "ERROR_LIB_RM_VERSION_MISMATCH",
-	999: "ERROR_UNKNOWN",
-}
-
 func nvmlReturnName(rc C.int) string {
 	switch rc {
 	case C.GOCL_NVML_NO_SYMBOL:
@@ -46,10 +28,7 @@ func nvmlReturnName(rc C.int) string {
 	case C.GOCL_NVML_NOT_ASKED:
 		return "NOT_ASKED"
 	}
-	if n, ok := nvmlReturnNames[int(rc)]; ok {
-		return n
-	}
-	return fmt.Sprintf("ERROR_%d", int(rc))
+	return doctor.NVMLReturnName(int(rc))
 }
 
 // nvmlFacts is a doctor.NVMLCollector over libgocl's dlopen reader: it fills

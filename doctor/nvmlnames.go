@@ -21,6 +21,22 @@ func P2PStatusName(status int) string {
 	return "UNKNOWN"
 }
 
+var returnNames = map[int]string{ // nvmlReturn_t: the codes worth telling apart
+	0: "SUCCESS", 1: "ERROR_UNINITIALIZED", 2: "ERROR_INVALID_ARGUMENT", 3: "ERROR_NOT_SUPPORTED",
+	4: "ERROR_NO_PERMISSION", 6: "ERROR_NOT_FOUND", 9: "ERROR_DRIVER_NOT_LOADED",
+	12: "ERROR_LIBRARY_NOT_FOUND", 13: "ERROR_FUNCTION_NOT_FOUND", 15: "ERROR_GPU_IS_LOST",
+	18: "ERROR_LIB_RM_VERSION_MISMATCH", 999: "ERROR_UNKNOWN",
+}
+
+// NVMLReturnName names an nvmlReturn_t value ("ERROR_LIBRARY_NOT_FOUND",
+// stable, for the JSON); others read "ERROR_<n>".
+func NVMLReturnName(rc int) string {
+	if n, ok := returnNames[rc]; ok {
+		return n
+	}
+	return fmt.Sprintf("ERROR_%d", rc)
+}
+
 var brandNames = map[int]string{ // nvmlBrandType_t
 	1: "quadro", 2: "tesla", 5: "geforce", 6: "titan",
 	12: "quadro_rtx", 13: "nvidia_rtx", 14: "nvidia", 15: "geforce_rtx", 16: "titan_rtx",

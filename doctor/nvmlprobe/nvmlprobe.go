@@ -241,28 +241,7 @@ func archName(a nvml.DeviceArchitecture) string {
 	return fmt.Sprintf("arch-%d", a)
 }
 
-// Return names such as "ERROR_LIBRARY_NOT_FOUND" (stable, for the JSON).
-var returnNames = map[nvml.Return]string{
-	nvml.SUCCESS:                       "SUCCESS",
-	nvml.ERROR_UNINITIALIZED:           "ERROR_UNINITIALIZED",
-	nvml.ERROR_INVALID_ARGUMENT:        "ERROR_INVALID_ARGUMENT",
-	nvml.ERROR_NOT_SUPPORTED:           "ERROR_NOT_SUPPORTED",
-	nvml.ERROR_NO_PERMISSION:           "ERROR_NO_PERMISSION",
-	nvml.ERROR_NOT_FOUND:               "ERROR_NOT_FOUND",
-	nvml.ERROR_DRIVER_NOT_LOADED:       "ERROR_DRIVER_NOT_LOADED",
-	nvml.ERROR_LIBRARY_NOT_FOUND:       "ERROR_LIBRARY_NOT_FOUND",
-	nvml.ERROR_FUNCTION_NOT_FOUND:      "ERROR_FUNCTION_NOT_FOUND",
-	nvml.ERROR_GPU_IS_LOST:             "ERROR_GPU_IS_LOST",
-	nvml.ERROR_LIB_RM_VERSION_MISMATCH: "ERROR_LIB_RM_VERSION_MISMATCH",
-	nvml.ERROR_UNKNOWN:                 "ERROR_UNKNOWN",
-}
-
-func returnName(r nvml.Return) string {
-	if n, ok := returnNames[r]; ok {
-		return n
-	}
-	return fmt.Sprintf("ERROR_%d", int32(r))
-}
+func returnName(r nvml.Return) string { return doctor.NVMLReturnName(int(r)) }
 
 // errorString is NVML's text; go-nvml answers it without the library.
 func errorString(r nvml.Return) (s string) {
