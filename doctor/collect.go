@@ -24,6 +24,7 @@ type Options struct {
 	Environ       []string      // default os.Environ()
 	System        System        // default root "/"
 	NoDmesg       bool          // do not read the kernel log
+	NoLibraries   bool          // do not look for libcuda/libnvidia-ml (runs ldconfig -p)
 }
 
 // Collect gathers the facts of this machine. It never fails: whatever
@@ -65,7 +66,9 @@ func Collect(ctx context.Context, o Options) *Facts {
 	if !o.NoDmesg && f.NVML != nil && f.NVML.Status == "ok" && len(f.GPUs) > 1 {
 		f.Kernel.UVMHMMError = UVMHMMError(ctx)
 	}
-	f.Libraries = o.System.Libraries([]string{"libnvidia-ml.so.1", "libcuda.so.1"}, f.Env["LD_LIBRARY_PATH"])
+	if !o.NoLibraries {
+		f.Libraries = o.System.Libraries([]string{"libnvidia-ml.so.1", "libcuda.so.1"}, f.Env["LD_LIBRARY_PATH"])
+	}
 	if o.PID > 0 {
 		f.GoRuntimes = o.System.GoRuntimesIn(o.PID)
 	} else {

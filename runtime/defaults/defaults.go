@@ -12,6 +12,7 @@
 package defaults
 
 import (
+	"context"
 	"os"
 	"sync"
 
@@ -44,7 +45,7 @@ func apply(nvml doctor.NVMLCollector, sys doctor.System) (set, kept []doctor.Sta
 		debuglog.Infof(debuglog.Env, -1, "GOCL_DEFAULTS=0: no machine defaults")
 		return nil, nil
 	}
-	set, kept = doctor.StartupDefaults(doctor.Judge(facts(nvml, sys), nil), nil, os.LookupEnv)
+	set, kept = doctor.StartupDefaults(doctor.Judge(localFacts(nvml, sys), nil), nil, os.LookupEnv)
 	for _, d := range set {
 		if err := os.Setenv(d.Name, d.Value); err != nil {
 			debuglog.Warnf(debuglog.Env, -1, "machine default %s=%s not set: %v", d.Name, d.Value, err)
@@ -61,16 +62,9 @@ func apply(nvml doctor.NVMLCollector, sys doctor.System) (set, kept []doctor.Sta
 	return set, kept
 }
 
-// facts are the cheap, local part of the doctor's facts: the GPUs, the
+// localFacts are the cheap, local part of the doctor's facts: the GPUs, the
 // kernel's IOMMU/ACS state and the environment. No subprocess (torch, JAX,
 // ldconfig) runs inside a communicator's init.
-func facts(nvml doctor.NVMLCollector, sys doctor.System) *doctor.Facts {
-	f := &doctor.Facts{Env: doctor.FilterEnv(os.Environ()), OS: sys.OS()}
-	if nvml != nil {
-		nvml(f)
-	} else {
-		f.MarkMissing("nvml", "no NVML reader")
-	}
-	f.Kernel = sys.Kernel(f.GPUs)
-	return f
+func localFacts(nvml doctor.NVMLCollector, sys doctor.System) *doctor.Facts {
+	return doctor.Collect(context.Background(), doctor.Options{NVML: nvml, System: sys, NoDmesg: true, NoLibraries: true})
 }
