@@ -586,6 +586,15 @@ static int perf_run(const perf_lib_t* l, const perf_opts_t* o, int nprocs) {
     exit(1);
   }
   if (table) perf_print_header(l, o, nprocs);
+  /* As nccl-tests: warm up at the largest and the smallest size first, so
+   * the first row does not carry connection set-up or first-touch costs. */
+  size_t ends[2] = {o->maxbytes, o->minbytes};
+  for (int e = 0; e < 2; e++) {
+    perf_counts_t c = perf_counts(o->coll, ends[e] / ts, l->nranks);
+    if (c.param == 0) continue;
+    perf_prepare(l, o, &c, send, recv, recv, 0, 0);
+    for (int i = perf_warmup(o, c.send * ts); i > 0; i--) l->run(l->ctx, o, send, recv, c.param, 0);
+  }
   for (size_t bytes = o->minbytes; bytes <= o->maxbytes;
        bytes = o->factor > 1 ? bytes * (size_t)o->factor : bytes + o->stepbytes) {
     perf_counts_t c = perf_counts(o->coll, bytes / ts, l->nranks);
