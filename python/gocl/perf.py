@@ -15,7 +15,10 @@ runs it as a child instead, then draws busbw against size with matplotlib.
   ``{"runs": [...]}`` as bench/compare.py writes); without a collective only
   the files are drawn.
 
-``$GOCL_PERF`` overrides the executable's path. Nothing here loads libgocl.so.
+``$GOCL_PERF`` overrides the executable's path. gocl-perf loads the
+libgocl.so beside it (rpath $ORIGIN), or ``$GOCL_LIBRARY``'s when that is
+set (its folder goes first on LD_LIBRARY_PATH, so the file must be named
+libgocl.so). Nothing here loads libgocl.so.
 """
 
 from __future__ import annotations
@@ -49,6 +52,21 @@ def _binary() -> Path:
             f"gocl-perf not found at {path}: reinstall gocl from a wheel, build it from the source tree "
             f"(make pylib), or set GOCL_PERF")
     return path
+
+
+def _env() -> dict[str, str]:
+    """gocl-perf's environment: its name for messages, and $GOCL_LIBRARY's library."""
+    env = dict(os.environ, GOCL_PERF_PROG="gocl perf")
+    lib = os.environ.get("GOCL_LIBRARY")
+    if lib:
+        path = Path(lib)
+        if path.name != "libgocl.so" or not path.is_file():
+            raise FileNotFoundError(
+                f"gocl perf: GOCL_LIBRARY={lib}: gocl-perf links a file named libgocl.so; point GOCL_LIBRARY "
+                "at an existing libgocl.so, or unset it to use the one installed with gocl")
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(path.resolve().parent),
+                                                                os.environ.get("LD_LIBRARY_PATH")]))
+    return env
 
 
 def load_runs(path: str | os.PathLike) -> list[dict[str, Any]]:
@@ -154,10 +172,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             _matplotlib()  # fail before the benchmark runs
             runs = [r for f in files for r in load_runs(f)]
         exe = _binary()
+        env = _env()
     except (ValueError, ImportError, FileNotFoundError) as e:
         print(e if str(e).startswith("gocl perf") else f"gocl perf: {e}", file=sys.stderr)
         return EXIT_USAGE
-    env = dict(os.environ, GOCL_PERF_PROG="gocl perf")
     sys.stdout.flush()
     sys.stderr.flush()
     if "-h" in rest or "--help" in rest:

@@ -123,6 +123,22 @@ def test_plot_without_matplotlib_names_the_install(tmp_path, monkeypatch):
         perf.plot([], tmp_path / "x.png")
 
 
+def test_gocl_library_picks_the_library(tmp_path, monkeypatch):
+    from gocl import _lib
+
+    real = _lib.library_path()
+    monkeypatch.setenv("GOCL_LIBRARY", str(tmp_path / "libother.so"))
+    r = gocl("perf", "all_reduce", "-g", "2", "-e", "8")
+    assert r.returncode == 2 and "GOCL_LIBRARY=" in r.stderr and "named libgocl.so" in r.stderr, r.stderr
+    copy = tmp_path / "libgocl.so"
+    copy.write_bytes(real.read_bytes())
+    monkeypatch.setenv("GOCL_LIBRARY", str(copy))
+    monkeypatch.setenv("LD_DEBUG", "libs")  # the loader says which file it opened
+    r = gocl("perf", "all_reduce", "-g", "2", "-e", "8", "-n", "1", "-w", "0")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"calling init: {copy}" in r.stderr, r.stderr[-2000:]
+
+
 @pytest.mark.parametrize("args, message", [
     (["all_reduces"], "unknown collective all_reduces: use all_reduce"),
     (["all_reduce", "-d", "f32"], "-d (datatype) f32: use float"),
