@@ -58,7 +58,7 @@ $(PYPERF): $(PERF_SOURCES) $(PYLIB)
 	@mv -f $(@D)/.tmp-gocl-perf $@
 
 # uv comes from PyPI when missing; an existing .venv is reused. The editable
-# install's build hook (hatch_build.py) builds $(PYLIB) and $(PYDOCTOR) too;
+# install's build hook (hatch_build.py) builds $(PYLIB), $(PYDOCTOR) and $(PYPERF) too;
 # their rules keep them fresh afterwards when only Go sources change.
 venv: $(VENV)/.gocl-installed $(PYLIB) $(PYDOCTOR) $(PYPERF)
 

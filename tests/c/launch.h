@@ -35,7 +35,7 @@ int launch_run(int nranks, char* const argv[], const char* const extra_env[], do
 
 /* A rank started by `gocl run`, torchrun or the pytest plugin: reads RANK
  * and WORLD_SIZE and gets the unique id the way gocl.Communicator.from_env
- * does (same wire format, so C and Python ranks can meet): rank 0 makes it
+ * does (the same exchange, on the wire too): rank 0 makes it
  * and serves it on MASTER_PORT (GOCL_MASTER_PORT if set) until every rank
  * has it; the others fetch it from MASTER_ADDR. With WORLD_SIZE=1 no id is
  * made. Waits at most timeout_s. Returns 1 with *c filled, 0 when RANK or
