@@ -71,6 +71,9 @@ $(BUILD)/gocl_test: tests/c/gocl_test.c tests/c/launch.c tests/c/launch.h lib
 $(BUILD)/fork_test: tests/c/fork_test.c lib
 	$(CC) $(CFLAGS) $< -L$(BUILD) -lgocl $(RPATH) -o $@
 
+$(BUILD)/env_test: tests/c/env_test.c lib
+	$(CC) $(CFLAGS) $< -L$(BUILD) -lgocl -lpthread $(RPATH) -o $@
+
 $(BUILD)/allreduce_perf: bench/allreduce_perf.c tests/c/launch.c tests/c/launch.h lib
 	$(CC) $(CFLAGS) bench/allreduce_perf.c tests/c/launch.c -L$(BUILD) -lgocl $(RPATH) -o $@
 
@@ -103,8 +106,9 @@ test-go:
 test-race:
 	$(GO) test -count=1 -race -short ./...
 
-test-c: $(BUILD)/gocl_test $(BUILD)/fork_test
+test-c: $(BUILD)/gocl_test $(BUILD)/fork_test $(BUILD)/env_test
 	$(BUILD)/fork_test
+	$(BUILD)/env_test
 	for n in 1 2 3 4 5; do $(BUILD)/gocl_test -n $$n || exit 1; done
 	$(BUILD)/gocl_test -n 3 --kill-rank 1
 
