@@ -61,6 +61,15 @@ var table = []Var{
 // Table lists every setting with its default and meaning.
 func Table() []Var { return append([]Var(nil), table...) }
 
+// READMERow is v's row in the README's settings table (checked by a test).
+func READMERow(v Var) string {
+	def := v.Default
+	if def == "" {
+		def = "unset"
+	}
+	return fmt.Sprintf("| `GOCL_%s` | %s | %s | %s |", v.Name, def, v.Read, v.Doc)
+}
+
 func lookup(name string) string {
 	v, _ := Source(name)
 	return v
