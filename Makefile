@@ -81,6 +81,9 @@ $(BUILD)/fork_test: tests/c/fork_test.c lib
 $(BUILD)/gocl-perf: $(PERF_SOURCES) lib
 	$(CC) $(CFLAGS) bench/gocl_perf.c tests/c/launch.c -L$(BUILD) -lgocl -lpthread -lm $(RPATH) -o $@
 
+$(BUILD)/env_test: tests/c/env_test.c lib
+	$(CC) $(CFLAGS) $< -L$(BUILD) -lgocl -lpthread $(RPATH) -o $@
+
 # A stand-in libnvidia-ml.so.1 (no driver needed) for libgocl's NVML reader
 # (capi/nvml.c); tests/python/test_nvml_shim.py puts it on LD_LIBRARY_PATH.
 FAKE_NVML := $(BUILD)/fake-nvml/libnvidia-ml.so.1
@@ -110,8 +113,9 @@ test-go:
 test-race:
 	$(GO) test -count=1 -race -short ./...
 
-test-c: $(BUILD)/gocl_test $(BUILD)/fork_test
+test-c: $(BUILD)/gocl_test $(BUILD)/fork_test $(BUILD)/env_test
 	$(BUILD)/fork_test
+	$(BUILD)/env_test
 	for n in 1 2 3 4 5; do $(BUILD)/gocl_test -n $$n || exit 1; done
 	$(BUILD)/gocl_test -n 3 --kill-rank 1
 

@@ -56,6 +56,7 @@ type pendingInit struct {
 	handle       uintptr
 	id           bootstrap.ID
 	nranks, rank int
+	opts         comm.Options
 }
 
 var (
@@ -112,7 +113,7 @@ func goclgoGroup(start C.int) (rc C.int) {
 func runInits(inits []pendingInit) error {
 	return status.Parallel(len(inits), func(i int) (err error) {
 		p := inits[i]
-		if p.entry.c, err = comm.InitRank(p.id, p.nranks, p.rank, -1); err != nil {
+		if p.entry.c, err = comm.InitRank(p.id, p.nranks, p.rank, -1, p.opts); err != nil {
 			table.remove(p.handle)
 		}
 		return err

@@ -42,10 +42,14 @@ func goclgoGetUniqueId(out *C.char) (rc C.int) {
 }
 
 //export goclgoCommInitRank
-func goclgoCommInitRank(out *C.uintptr_t, nranks C.int, id *C.char, rank C.int) (rc C.int) {
+func goclgoCommInitRank(out *C.uintptr_t, nranks C.int, id *C.char, rank C.int, config unsafe.Pointer) (rc C.int) {
 	defer guard(&rc, 0)
 	if out == nil {
 		return record(0, nullArg("comm (the output pointer)"))
+	}
+	opts, err := options((*C.goclConfig_t)(config), int(rank))
+	if err != nil {
+		return record(0, err)
 	}
 	startup()
 	var uid bootstrap.ID
@@ -55,10 +59,10 @@ func goclgoCommInitRank(out *C.uintptr_t, nranks C.int, id *C.char, rank C.int) 
 		e := &commEntry{}
 		h := table.add(e)
 		*out = C.uintptr_t(h)
-		g.inits = append(g.inits, pendingInit{entry: e, handle: h, id: uid, nranks: int(nranks), rank: int(rank)})
+		g.inits = append(g.inits, pendingInit{entry: e, handle: h, id: uid, nranks: int(nranks), rank: int(rank), opts: opts})
 		return 0
 	}
-	c, err := comm.InitRank(uid, int(nranks), int(rank), -1)
+	c, err := comm.InitRank(uid, int(nranks), int(rank), -1, opts)
 	if err != nil {
 		return record(0, err)
 	}
@@ -82,7 +86,7 @@ func goclgoCommInitAll(out *C.uintptr_t, ndev C.int, devlist *C.int) (rc C.int) 
 			devs = append(devs, int(d))
 		}
 	}
-	comms, err := comm.InitAll(int(ndev), devs)
+	comms, err := comm.InitAll(int(ndev), devs, comm.Options{})
 	if err != nil {
 		return record(0, err)
 	}
@@ -103,10 +107,11 @@ func goclgoCommSplit(h C.uintptr_t, color, key C.int, out *C.uintptr_t, config u
 	if out == nil {
 		return record(uintptr(h), nullArg("newcomm"))
 	}
-	if config != nil {
-		return record(uintptr(h), status.Errorf(status.InvalidArgument, "split on rank %d: config must be NULL (no split options yet)", c.Rank()))
+	opts, err := options((*C.goclConfig_t)(config), c.Rank())
+	if err != nil {
+		return record(uintptr(h), err)
 	}
-	nc, err := c.Split(int(color), int(key))
+	nc, err := c.Split(int(color), int(key), opts)
 	if err != nil {
 		return record(uintptr(h), err)
 	}

@@ -51,7 +51,12 @@ goclResult_t goclGetUniqueId(goclUniqueId* id) { GUARD(); return (goclResult_t)g
 
 goclResult_t goclCommInitRank(goclComm_t* comm, int nranks, goclUniqueId id, int rank) {
   GUARD();
-  return (goclResult_t)goclgoCommInitRank((uintptr_t*)comm, nranks, id.internal, rank);
+  return (goclResult_t)goclgoCommInitRank((uintptr_t*)comm, nranks, id.internal, rank, NULL);
+}
+
+goclResult_t goclCommInitRankConfig(goclComm_t* comm, int nranks, goclUniqueId id, int rank, goclConfig_t* config) {
+  GUARD();
+  return (goclResult_t)goclgoCommInitRank((uintptr_t*)comm, nranks, id.internal, rank, config);
 }
 
 goclResult_t goclCommInitAll(goclComm_t* comms, int ndev, const int* devlist) {
@@ -59,7 +64,7 @@ goclResult_t goclCommInitAll(goclComm_t* comms, int ndev, const int* devlist) {
   return (goclResult_t)goclgoCommInitAll((uintptr_t*)comms, ndev, (int*)devlist);
 }
 
-goclResult_t goclCommSplit(goclComm_t comm, int color, int key, goclComm_t* newcomm, void* config) {
+goclResult_t goclCommSplit(goclComm_t comm, int color, int key, goclComm_t* newcomm, goclConfig_t* config) {
   GUARD();
   return (goclResult_t)goclgoCommSplit(H(comm), color, key, (uintptr_t*)newcomm, config);
 }

@@ -86,6 +86,24 @@ typedef struct goclEvent* goclEvent_t;
 
 #define GOCL_SPLIT_NOCOLOR -1
 
+/* A communicator's own settings, for goclCommInitRankConfig and goclCommSplit
+ * (in the spirit of ncclConfig_t). Start from GOCL_CONFIG_INITIALIZER, then
+ * set the fields you need; a field left at its initial value takes the
+ * environment's setting (GOCL_X, then NCCL_X, then the default). */
+typedef struct goclConfig_v1 {
+  size_t size;          /* sizeof(goclConfig_t), set by the initializer */
+  unsigned int magic;   /* GOCL_CONFIG_MAGIC, set by the initializer */
+  unsigned int version; /* GOCL_VERSION_CODE the caller was built with */
+  double timeout;       /* seconds an init or an operation may wait on a peer before
+                           failing with goclTimeout; 0: no limit;
+                           GOCL_CONFIG_UNDEF_DOUBLE: GOCL_TIMEOUT */
+} goclConfig_t;
+
+#define GOCL_CONFIG_MAGIC 0x676f636cu /* "gocl" */
+#define GOCL_CONFIG_UNDEF_DOUBLE (-1.0)
+#define GOCL_CONFIG_INITIALIZER \
+  { sizeof(goclConfig_t), GOCL_CONFIG_MAGIC, GOCL_VERSION_CODE, GOCL_CONFIG_UNDEF_DOUBLE }
+
 /* ---------------------------------------------------------------- versions */
 
 /* Writes GOCL_VERSION_CODE of the loaded library into *version. */
@@ -102,6 +120,11 @@ const char* goclGetLastError(goclComm_t comm);
 
 /* ---------------------------------------------------------- communicators */
 
+/* Every GOCL_ setting is read from the process's environment as it is at the
+ * call that applies it (libc's getenv: a setenv() before the call counts):
+ * goclGetUniqueId, goclCommInitRank(Config), goclCommInitAll and goclCommSplit
+ * read them, and a communicator keeps what its init read. */
+
 /* Makes a new unique id and starts, in this process, the rendezvous service
  * that nranks goclCommInitRank calls will meet at. The service listens on the
  * interface chosen by GOCL_SOCKET_IFNAME (default: the first non-loopback
@@ -114,6 +137,11 @@ goclResult_t goclGetUniqueId(goclUniqueId* uniqueId);
  * own thread or process. */
 goclResult_t goclCommInitRank(goclComm_t* comm, int nranks, goclUniqueId commId, int rank);
 
+/* goclCommInitRank with the communicator's own settings; config may be NULL
+ * (every setting from the environment). */
+goclResult_t goclCommInitRankConfig(goclComm_t* comm, int nranks, goclUniqueId commId, int rank,
+                                    goclConfig_t* config);
+
 /* Creates ndev communicators of one clique inside this process (ranks
  * 0..ndev-1). devlist may be NULL; on a CPU build device numbers are only
  * recorded. Drive each returned comm from its own thread, or put calls on
@@ -122,8 +150,9 @@ goclResult_t goclCommInitAll(goclComm_t* comms, int ndev, const int* devlist);
 
 /* Collective over comm: ranks with the same color form a new communicator,
  * ordered by key, then by their rank in comm. color == GOCL_SPLIT_NOCOLOR
- * gives *newcomm == NULL. config is reserved and must be NULL. */
-goclResult_t goclCommSplit(goclComm_t comm, int color, int key, goclComm_t* newcomm, void* config);
+ * gives *newcomm == NULL. config may be NULL: the new communicator then keeps
+ * comm's settings (its timeout), as NCCL's split does. */
+goclResult_t goclCommSplit(goclComm_t comm, int color, int key, goclComm_t* newcomm, goclConfig_t* config);
 
 /* Waits for work queued by this comm on streams, then frees it. Collective in
  * spirit (as in NCCL every rank should call it) but never blocks on peers. */

@@ -2,9 +2,10 @@ package doctor
 
 import (
 	"context"
-	"os"
 	"runtime"
 	"time"
+
+	"gocl/runtime/config"
 )
 
 // DoctorVersion is gocl-doctor's version (reported in facts.doctor).
@@ -21,7 +22,7 @@ type Options struct {
 	Python        string        // interpreter to probe; "" skips torch/JAX/packages
 	PythonTimeout time.Duration // per probe section (default 120 s)
 	PID           int           // process to scan for Go runtimes; 0 skips
-	Environ       []string      // default os.Environ()
+	Environ       []string      // default: the process environment now
 	System        System        // default root "/"
 	NoDmesg       bool          // do not read the kernel log
 	NoLibraries   bool          // do not look for libcuda/libnvidia-ml (runs ldconfig -p)
@@ -35,7 +36,7 @@ func Collect(ctx context.Context, o Options) *Facts {
 	}
 	environ := o.Environ
 	if environ == nil {
-		environ = os.Environ()
+		environ = config.Environ()
 	}
 	f := &Facts{Doctor: &DoctorInfo{Version: DoctorVersion, CollectedAt: time.Now().UTC().Format(time.RFC3339), GoVersion: runtime.Version()}}
 	f.Env = FilterEnv(environ)

@@ -7,11 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
 	"time"
+
+	"gocl/runtime/config"
 )
 
 //go:embed probe.py
@@ -25,7 +26,7 @@ const probeMark = "GOCL_DOCTOR_FACTS "
 type PythonProbe struct {
 	Python  string        // interpreter path or name on PATH
 	Timeout time.Duration // per section; all sections run at once
-	Env     []string      // environment of the subprocesses (default os.Environ())
+	Env     []string      // environment of the subprocesses (default: the process environment now)
 }
 
 // sectionResult is what one probe run prints.
@@ -108,7 +109,7 @@ func (p PythonProbe) run(ctx context.Context, exe, section string) (sectionResul
 	cmd.Stdin = bytes.NewReader(probeScript)
 	env := p.Env
 	if env == nil {
-		env = os.Environ()
+		env = config.Environ()
 	}
 	if section == "jax" {
 		// The probe only lists devices; it must not take 75% of a GPU

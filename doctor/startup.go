@@ -13,7 +13,7 @@ type StartupDefault struct {
 
 // StartupDefaults splits the startup settings of r's findings into those to
 // apply (the variable is unset) and those kept as the user set them. lookup
-// reads the environment (os.LookupEnv).
+// reads the environment (config.LookupEnv).
 func StartupDefaults(r *Report, kb *KB, lookup func(string) (string, bool)) (apply, kept []StartupDefault) {
 	if kb == nil {
 		kb = DefaultKB()

@@ -16,6 +16,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"gocl/runtime/config"
 )
 
 // System reads facts from the running machine. Root prefixes every path
@@ -71,10 +73,10 @@ func (s System) OS() *OSInfo {
 		o.Container = "docker"
 	case exists(s.path("/run/.containerenv")):
 		o.Container = "podman"
-	case os.Getenv("KUBERNETES_SERVICE_HOST") != "":
+	case getenv("KUBERNETES_SERVICE_HOST") != "":
 		o.Container = "kubernetes"
-	case os.Getenv("container") != "":
-		o.Container = os.Getenv("container")
+	case getenv("container") != "":
+		o.Container = getenv("container")
 	}
 	return o
 }
@@ -337,4 +339,11 @@ func goObject(path string) (GoObject, bool) {
 		}
 	}
 	return o, true
+}
+
+// getenv reads the process environment as it is now (inside libgocl.so, Go's
+// own copy is the one taken when the library was loaded).
+func getenv(name string) string {
+	v, _ := config.LookupEnv(name)
+	return v
 }

@@ -28,6 +28,7 @@ import (
 
 	"gocl/doctor"
 	"gocl/doctor/nvmlprobe"
+	"gocl/runtime/config"
 )
 
 // Exit codes.
@@ -105,7 +106,7 @@ func run(args []string, stdout, stderr io.Writer, nvml doctor.NVMLCollector) int
 			return exitUsage
 		}
 	} else {
-		color := !*noColor && os.Getenv("NO_COLOR") == "" && isTerminal(stdout)
+		color := !*noColor && !noColorEnv() && isTerminal(stdout)
 		report.WriteText(stdout, doctor.TextOptions{Color: color, Source: source})
 	}
 	if report.HasErrors() {
@@ -121,4 +122,10 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// noColorEnv reports whether NO_COLOR is set and not empty (no-color.org).
+func noColorEnv() bool {
+	v, _ := config.LookupEnv("NO_COLOR")
+	return v != ""
 }

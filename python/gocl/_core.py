@@ -45,6 +45,22 @@ def unique_id() -> bytes:
     return uid.to_bytes()
 
 
+def _timeout_arg(timeout, rank: int) -> float | None:
+    """Seconds as a float from a number or a datetime.timedelta (None stays None)."""
+    if timeout is None:
+        return None
+    seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else timeout
+    try:
+        seconds = float(seconds)
+    except (TypeError, ValueError):
+        raise ValueError(f"rank {rank}: timeout is {timeout!r}: pass seconds (a number or a timedelta), "
+                         "or None for GOCL_TIMEOUT") from None
+    if not seconds >= 0 or seconds == float("inf"):
+        raise ValueError(f"rank {rank}: timeout is {timeout!r}: pass seconds >= 0 (0: no limit), "
+                         "or None for GOCL_TIMEOUT")
+    return seconds
+
+
 class Comm:
     """One rank's communicator handle."""
 
@@ -54,11 +70,15 @@ class Comm:
         self.size = self._query(_lib.lib().goclCommCount)
 
     @classmethod
-    def init_rank(cls, uid: bytes, nranks: int, rank: int) -> "Comm":
+    def init_rank(cls, uid: bytes, nranks: int, rank: int, timeout: float | None = None) -> "Comm":
+        """goclCommInitRankConfig. timeout: seconds any wait on a peer may take
+        (init and every operation; 0: no limit); None: GOCL_TIMEOUT."""
         if len(uid) != _lib.UNIQUE_ID_BYTES:
             raise ValueError(f"unique id must be {_lib.UNIQUE_ID_BYTES} bytes, got {len(uid)}")
         h = ctypes.c_void_p()
-        check(_lib.lib().goclCommInitRank(ctypes.byref(h), nranks, _lib.UniqueId.from_bytes(uid), rank))
+        cfg = _lib.config(timeout=_timeout_arg(timeout, rank))
+        check(_lib.lib().goclCommInitRankConfig(ctypes.byref(h), nranks, _lib.UniqueId.from_bytes(uid), rank,
+                                                ctypes.byref(cfg)))
         return cls(h.value)
 
     @classmethod
@@ -116,9 +136,11 @@ class Comm:
     def destroy_op(self, op: int) -> None:
         self._call(_lib.lib().goclRedOpDestroy(op, self.handle))
 
-    def split(self, color: int, key: int) -> "Comm | None":
+    def split(self, color: int, key: int, timeout: float | None = None) -> "Comm | None":
+        """goclCommSplit; timeout as in init_rank (None: keep this comm's)."""
         h = ctypes.c_void_p()
-        self._call(_lib.lib().goclCommSplit(self.handle, color, key, ctypes.byref(h), None))
+        cfg = _lib.config(timeout=_timeout_arg(timeout, self.rank))
+        self._call(_lib.lib().goclCommSplit(self.handle, color, key, ctypes.byref(h), ctypes.byref(cfg)))
         return Comm(h.value) if h.value else None
 
     def async_error(self) -> int:

@@ -45,14 +45,34 @@ class UniqueId(ctypes.Structure):
         return ctypes.string_at(ctypes.addressof(self), UNIQUE_ID_BYTES)
 
 
+class Config(ctypes.Structure):
+    """goclConfig_t (gocl.h); make it with config()."""
+
+    _fields_ = [("size", c_size_t), ("magic", ctypes.c_uint), ("version", ctypes.c_uint),
+                ("timeout", ctypes.c_double)]
+
+
+CONFIG_MAGIC = 0x676F636C
+CONFIG_UNDEF_DOUBLE = -1.0
+
+
+def config(timeout: float | None = None) -> Config:
+    """A goclConfig_t as GOCL_CONFIG_INITIALIZER makes it, with the given fields set."""
+    cfg = Config(ctypes.sizeof(Config), CONFIG_MAGIC, 0, CONFIG_UNDEF_DOUBLE)
+    if timeout is not None:
+        cfg.timeout = timeout
+    return cfg
+
+
 # name -> (argtypes, restype); every function returns goclResult_t (int)
 # unless stated.
 _SIGNATURES = {
     "goclGetVersion": [ctypes.POINTER(c_int)],
     "goclGetUniqueId": [ctypes.POINTER(UniqueId)],
     "goclCommInitRank": [ctypes.POINTER(c_void_p), c_int, UniqueId, c_int],
+    "goclCommInitRankConfig": [ctypes.POINTER(c_void_p), c_int, UniqueId, c_int, ctypes.POINTER(Config)],
     "goclCommInitAll": [ctypes.POINTER(c_void_p), c_int, ctypes.POINTER(c_int)],
-    "goclCommSplit": [c_void_p, c_int, c_int, ctypes.POINTER(c_void_p), c_void_p],
+    "goclCommSplit": [c_void_p, c_int, c_int, ctypes.POINTER(c_void_p), ctypes.POINTER(Config)],
     "goclCommDestroy": [c_void_p],
     "goclCommAbort": [c_void_p],
     "goclCommGetAsyncError": [c_void_p, ctypes.POINTER(c_int)],

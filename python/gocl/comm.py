@@ -371,16 +371,20 @@ class Communicator:
     :meth:`from_env` (torchrun-style environment) or :meth:`local` (n ranks in
     this process). Use it as a context manager: the block's end destroys it,
     or aborts it if the block raised, so that peers fail instead of waiting.
+
+    ``timeout`` (seconds, or a timedelta; 0: no limit) bounds the init and
+    every operation's wait on a peer; None takes GOCL_TIMEOUT (read from the
+    environment as it is now, so a value set in ``os.environ`` counts).
     """
 
-    def __init__(self, unique_id: bytes, rank: int, world_size: int):
+    def __init__(self, unique_id: bytes, rank: int, world_size: int, timeout: float | None = None):
         uid = bytes(unique_id)
         rank, world_size = index(rank), index(world_size)
         if len(uid) != _lib.UNIQUE_ID_BYTES:
             raise InvalidArgumentError(
                 f"Communicator on rank {rank}: unique_id must be {_lib.UNIQUE_ID_BYTES} bytes "
                 f"(from gocl.unique_id()), got {len(uid)}")
-        self._setup(_core.Comm.init_rank(uid, world_size, rank))
+        self._setup(_core.Comm.init_rank(uid, world_size, rank, timeout=timeout))
 
     def _setup(self, c: _core.Comm) -> None:
         self._c = c
@@ -409,8 +413,10 @@ class Communicator:
         from MASTER_ADDR:MASTER_PORT. Under torchrun (whose agent owns
         MASTER_PORT) the id goes through torchrun's store instead. Every wait is
         bounded by ``timeout`` seconds (default: GOCL_TIMEOUT, else 600) and
-        fails with GoclTimeoutError naming what it waited for.
+        fails with GoclTimeoutError naming what it waited for; a ``timeout``
+        given here also bounds the communicator's operations.
         """
+        op_timeout = timeout
         rank = _env_int("RANK")
         world = _env_int("WORLD_SIZE")
         if world < 1 or not 0 <= rank < world:
@@ -419,7 +425,7 @@ class Communicator:
         timeout = _default_timeout() if timeout is None else float(timeout)
         gen = _next_generation()
         if world == 1:
-            return cls(unique_id(), 0, 1)
+            return cls(unique_id(), 0, 1, timeout=op_timeout)
         addr = os.environ.get("MASTER_ADDR")
         if not addr:
             raise InvalidArgumentError(
@@ -429,10 +435,10 @@ class Communicator:
         deadline = time.monotonic() + timeout
         if not gocl_port and os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true":
             uid = _store_exchange(addr, port, rank, gen, timeout)
-            return cls(uid, rank, world)
+            return cls(uid, rank, world, timeout=op_timeout)
         if rank > 0:
             uid = _fetch_unique_id(addr, port, rank, world, gen, deadline, timeout)
-            return cls(uid, rank, world)
+            return cls(uid, rank, world, timeout=op_timeout)
         try:
             srv = _listen(port)
         except OSError as e:
@@ -443,7 +449,7 @@ class Communicator:
         with srv:
             uid = unique_id()
             _serve_unique_id(srv, uid, world, gen, deadline, f"{addr}:{port}")
-        return cls(uid, 0, world)
+        return cls(uid, 0, world, timeout=op_timeout)
 
     @classmethod
     def local(cls, n: int) -> "list[Communicator]":
@@ -817,14 +823,16 @@ class Communicator:
 
     # ------------------------------------------------------- lifecycle
 
-    def split(self, color: int | None, key: int | None = None) -> "Communicator | None":
+    def split(self, color: int | None, key: int | None = None,
+              timeout: float | None = None) -> "Communicator | None":
         """Collective: ranks passing the same color form a new communicator,
         ordered by key (default: this rank), then by rank. color None (or a
-        negative color) takes no part and gets None."""
+        negative color) takes no part and gets None. ``timeout`` as in the
+        constructor; None keeps this communicator's."""
         self._usable("split")
         c = _core.SPLIT_NOCOLOR if color is None or index(color) < 0 else index(color)
         k = self._rank if key is None else index(key)
-        new = self._c.split(c, k)
+        new = self._c.split(c, k, timeout=timeout)
         return None if new is None else Communicator._wrap(new)
 
     def _drain(self, error_if_pending: GoclError | None) -> None:

@@ -53,7 +53,7 @@ func Join(id *ID, me PeerInfo, deadline time.Time) ([]PeerInfo, error) {
 	var reply rootReply
 	if err := readMsg(c, &reply); err != nil {
 		if errors.Is(err, syscall.ETIMEDOUT) || isTimeout(err) {
-			return nil, status.Errorf(status.Timeout, "rank %d: rendezvous did not complete within GOCL_TIMEOUT: not every rank called goclCommInitRank", me.Rank)
+			return nil, status.Errorf(status.Timeout, "rank %d: rendezvous timed out: it did not complete within the timeout (GOCL_TIMEOUT, or the timeout given at init): not every rank called goclCommInitRank", me.Rank)
 		}
 		return nil, status.Errorf(status.RemoteError, "rank %d: rendezvous with %s failed: %v", me.Rank, root, err)
 	}

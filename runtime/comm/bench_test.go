@@ -19,7 +19,7 @@ func BenchmarkAllReduce(b *testing.B) {
 					b.Setenv("GOCL_P2P_DISABLE", p2pOff)
 					b.Setenv("GOCL_SOCKET_IFNAME", "lo")
 					configReset(b)
-					comms, err := InitAll(n, nil)
+					comms, err := InitAll(n, nil, Options{})
 					if err != nil {
 						b.Fatal(err)
 					}

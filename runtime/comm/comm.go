@@ -37,6 +37,7 @@ type Comm struct {
 	key                   string
 	plan                  tune.Plan
 	chunk                 int
+	timeout               time.Duration // bound on every wait for a peer; 0: none
 
 	opMu    sync.Mutex // one operation at a time; held for the whole call
 	seq     uint64     // collective calls so far
@@ -71,8 +72,25 @@ func hostID() string {
 	return h + "/" + strings.TrimSpace(string(boot))
 }
 
+// Options are a communicator's own settings, given at init (goclConfig_t);
+// what they leave unset comes from the environment.
+type Options struct {
+	// Timeout bounds every wait on a peer (init and operations); 0 means
+	// none. Used when HasTimeout, else GOCL_TIMEOUT.
+	Timeout    time.Duration
+	HasTimeout bool
+}
+
+func (o Options) timeout() time.Duration {
+	if o.HasTimeout {
+		return max(o.Timeout, 0)
+	}
+	return config.Timeout()
+}
+
 // NewUniqueID starts a rendezvous root in this process and returns its id.
 func NewUniqueID() (bootstrap.ID, error) {
+	config.Reload()
 	if err := config.Check(); err != nil {
 		return bootstrap.ID{}, status.Errorf(status.InvalidArgument, "%w", err)
 	}
@@ -80,9 +98,11 @@ func NewUniqueID() (bootstrap.ID, error) {
 }
 
 // InitRank joins rank of nranks to the communicator named by id. It blocks
-// until all ranks have joined and connected, or GOCL_TIMEOUT passes. A
-// negative device means "the local rank".
-func InitRank(id bootstrap.ID, nranks, rank, device int) (*Comm, error) {
+// until all ranks have joined and connected, or the timeout passes. A
+// negative device means "the local rank". Settings are read from the
+// environment now and kept for the communicator's lifetime.
+func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, error) {
+	config.Reload()
 	if err := config.Check(); err != nil {
 		return nil, status.Errorf(status.InvalidArgument, "%w", err)
 	}
@@ -95,9 +115,10 @@ func InitRank(id bootstrap.ID, nranks, rank, device int) (*Comm, error) {
 	if _, err := id.Root(); err != nil {
 		return nil, err
 	}
+	timeout := opts.timeout()
 	var deadline time.Time
-	if t := config.Timeout(); t > 0 {
-		deadline = time.Now().Add(t)
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
 	}
 	ifc, err := bootstrap.ChooseIface()
 	if err != nil {
@@ -124,7 +145,7 @@ func InitRank(id bootstrap.ID, nranks, rank, device int) (*Comm, error) {
 		return nil, err
 	}
 	c := &Comm{rank: rank, nranks: nranks, device: device, peers: peers, key: id.Key(),
-		plan: tune.FromConfig(), chunk: config.IntOr("BUFFSIZE", 1<<20),
+		plan: tune.FromConfig(), chunk: config.IntOr("BUFFSIZE", 1<<20), timeout: timeout,
 		links: make([]transport.Link, nranks), sendSeq: make([]uint64, nranks), recvSeq: make([]uint64, nranks),
 		redops: map[int32]preMulSum{}, nextOp: 5, flight: newFlightRecorder(config.IntOr("TRACE_BUFFER", 0))}
 	c.cond = sync.NewCond(&c.stateMu)
@@ -153,8 +174,8 @@ func InitRank(id bootstrap.ID, nranks, rank, device int) (*Comm, error) {
 			debuglog.Infof(debuglog.Init, rank, "channel to rank %d (pid %d, %s) via %s", p, peers[p].Pid, peers[p].Addr, c.links[p].Name())
 		}
 	}
-	debuglog.Infof(debuglog.Init, rank, "init done: rank %d/%d, node %d/%d, local rank %d/%d, chunk %d B, direct up to %d B (GOCL_ALGO=%q)",
-		rank, nranks, c.node, c.nnodes, c.localRank, c.localRanks, c.chunk, c.plan.DirectThreshold, c.plan.Force)
+	debuglog.Infof(debuglog.Init, rank, "init done: rank %d/%d, node %d/%d, local rank %d/%d, chunk %d B, direct up to %d B (GOCL_ALGO=%q), timeout %s",
+		rank, nranks, c.node, c.nnodes, c.localRank, c.localRanks, c.chunk, c.plan.DirectThreshold, c.plan.Force, timeoutString(timeout))
 	return c, nil
 }
 
@@ -178,8 +199,15 @@ func (c *Comm) topology() {
 	}
 }
 
+func timeoutString(t time.Duration) string {
+	if t <= 0 {
+		return "none"
+	}
+	return t.String()
+}
+
 // InitAll creates ndev communicators of one clique inside this process.
-func InitAll(ndev int, devices []int) ([]*Comm, error) {
+func InitAll(ndev int, devices []int, opts Options) ([]*Comm, error) {
 	if ndev <= 0 {
 		return nil, status.Errorf(status.InvalidArgument, "ndev is %d: need at least one device", ndev)
 	}
@@ -193,7 +221,7 @@ func InitAll(ndev int, devices []int) ([]*Comm, error) {
 		if devices != nil {
 			dev = devices[i]
 		}
-		comms[i], err = InitRank(id, ndev, i, dev)
+		comms[i], err = InitRank(id, ndev, i, dev, opts)
 		if err != nil {
 			err = fmt.Errorf("rank %d of %d: %w", i, ndev, err)
 		}
@@ -218,6 +246,9 @@ func (c *Comm) LocalRanks() int { return c.localRanks }
 func (c *Comm) Node() int       { return c.node }
 func (c *Comm) NNodes() int     { return c.nnodes }
 func (c *Comm) Device() int     { return c.device }
+
+// Timeout is the bound on every wait for a peer (0: none).
+func (c *Comm) Timeout() time.Duration { return c.timeout }
 
 // fail records the first fatal error and closes every link, which makes
 // blocked calls here and on the peers return instead of waiting.

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"gocl/runtime/algo"
-	"gocl/runtime/config"
 	"gocl/runtime/debuglog"
 	"gocl/runtime/status"
 	"gocl/runtime/tune"
@@ -27,8 +26,8 @@ func (c *Comm) execute(ops []*Op) (err error) {
 		}
 	}()
 	var deadline time.Time
-	if t := config.Timeout(); t > 0 {
-		deadline = time.Now().Add(t)
+	if c.timeout > 0 {
+		deadline = time.Now().Add(c.timeout)
 	}
 	for _, l := range c.links {
 		if l != nil {

@@ -50,7 +50,7 @@ func wantErr(t *testing.T, who string, err error, code status.Code, fragments ..
 // communicator stays failed.
 func TestTimeoutNamesTheSilentRank(t *testing.T) {
 	transports(t, func(t *testing.T) {
-		comms, err := InitAll(2, nil)
+		comms, err := InitAll(2, nil, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +86,7 @@ func TestMismatchedCallsFailOnEveryRank(t *testing.T) {
 	for name, call := range cases {
 		t.Run(name, func(t *testing.T) {
 			transports(t, func(t *testing.T) {
-				comms, err := InitAll(2, nil)
+				comms, err := InitAll(2, nil, Options{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -122,7 +122,7 @@ func TestMismatchedCallsFailOnEveryRank(t *testing.T) {
 func TestAbortUnblocksAWaitingRank(t *testing.T) {
 	transports(t, func(t *testing.T) {
 		setEnv(t, "GOCL_TIMEOUT", "60")
-		comms, err := InitAll(2, nil)
+		comms, err := InitAll(2, nil, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -156,7 +156,7 @@ func TestAbortUnblocksAWaitingRank(t *testing.T) {
 func TestPeerFailurePropagates(t *testing.T) {
 	transports(t, func(t *testing.T) {
 		setEnv(t, "GOCL_TIMEOUT", "60")
-		comms, err := InitAll(3, nil)
+		comms, err := InitAll(3, nil, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,7 +184,7 @@ func TestPeerFailurePropagates(t *testing.T) {
 
 func TestBadArguments(t *testing.T) {
 	setEnv(t)
-	comms, err := InitAll(2, nil)
+	comms, err := InitAll(2, nil, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,11 +244,11 @@ func TestInitArguments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = InitRank(id, 0, 0, -1)
+	_, err = InitRank(id, 0, 0, -1, Options{})
 	wantErr(t, "nranks 0", err, status.InvalidArgument, "nranks is 0")
-	_, err = InitRank(id, 2, 2, -1)
+	_, err = InitRank(id, 2, 2, -1, Options{})
 	wantErr(t, "rank 2 of 2", err, status.InvalidArgument, "rank is 2")
-	_, err = InitRank(bootstrap.ID{}, 2, 0, -1)
+	_, err = InitRank(bootstrap.ID{}, 2, 0, -1, Options{})
 	wantErr(t, "zero id", err, status.InvalidArgument, "not a gocl id")
 }
 
@@ -266,7 +266,7 @@ func TestRendezvousDisagreement(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			var c *Comm
-			c, errs[i] = InitRank(id, n, i, -1)
+			c, errs[i] = InitRank(id, n, i, -1, Options{})
 			if c != nil {
 				c.Abort()
 			}
@@ -299,7 +299,7 @@ func TestStrangerIsDropped(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			var c *Comm
-			if c, errs[i] = InitRank(id, 2, i, -1); c == nil {
+			if c, errs[i] = InitRank(id, 2, i, -1, Options{}); c == nil {
 				return
 			}
 			errs[i] = errors.Join(allReduce(c, 10))
@@ -312,5 +312,68 @@ func TestStrangerIsDropped(t *testing.T) {
 		if err != nil {
 			t.Errorf("rank %d: %v", i, err)
 		}
+	}
+}
+
+// A communicator's own timeout (goclConfig_t.timeout) wins over
+// GOCL_TIMEOUT, and a split keeps its parent's unless it is given one.
+func TestTimeoutOption(t *testing.T) {
+	setEnv(t, "GOCL_TIMEOUT", "60")
+	comms, err := InitAll(2, nil, Options{Timeout: time.Second, HasTimeout: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := comms[0].Timeout(); got != time.Second {
+		t.Fatalf("Timeout() = %v, want 1s", got)
+	}
+	subs := make([]*Comm, 2)
+	subs3 := make([]*Comm, 2)
+	errs := make(chan error, 2)
+	for r := range comms {
+		go func() {
+			var err error
+			if subs[r], err = comms[r].Split(0, r, Options{}); err == nil {
+				subs3[r], err = comms[r].Split(0, r, Options{Timeout: 3 * time.Second, HasTimeout: true})
+			}
+			errs <- err
+		}()
+	}
+	for range comms {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if subs[0].Timeout() != time.Second || subs3[0].Timeout() != 3*time.Second {
+		t.Errorf("split timeouts %v and %v, want 1s (inherited) and 3s", subs[0].Timeout(), subs3[0].Timeout())
+	}
+	start := time.Now()
+	err = allReduce(comms[0], 1000)
+	if d := time.Since(start); d < 900*time.Millisecond || d > 10*time.Second {
+		t.Errorf("timed out after %v, want about 1s (GOCL_TIMEOUT=60 must not apply)", d)
+	}
+	wantErr(t, "rank 0", err, status.Timeout, "timed out", "rank 1")
+	for _, c := range append(append(comms, subs...), subs3...) {
+		c.Abort()
+	}
+}
+
+// Settings come from the environment as it is at each init: a change between
+// two inits applies to the second communicator only.
+func TestSettingsReadAtEachInit(t *testing.T) {
+	setEnv(t, "GOCL_TIMEOUT", "7")
+	a, err := InitAll(2, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GOCL_TIMEOUT", "9")
+	b, err := InitAll(2, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a[0].Timeout() != 7*time.Second || b[0].Timeout() != 9*time.Second {
+		t.Errorf("timeouts %v then %v, want 7s then 9s", a[0].Timeout(), b[0].Timeout())
+	}
+	for _, c := range append(a, b...) {
+		c.Abort()
 	}
 }

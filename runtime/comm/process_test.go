@@ -87,7 +87,7 @@ func TestChildRank(t *testing.T) {
 	copy(id[:], raw)
 	rank, _ := strconv.Atoi(os.Getenv("GOCL_TEST_RANK"))
 	n, _ := strconv.Atoi(os.Getenv("GOCL_TEST_NRANKS"))
-	c, err := InitRank(id, n, rank, -1)
+	c, err := InitRank(id, n, rank, -1, Options{})
 	if err != nil {
 		t.Fatalf("rank %d init: %v", rank, err)
 	}

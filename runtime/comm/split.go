@@ -16,8 +16,9 @@ const NoColor = -1
 
 // Split is collective over c: ranks passing the same color form a new
 // communicator, ordered by key and then by rank in c. Ranks passing NoColor
-// take part in the exchange and get nil.
-func (c *Comm) Split(color, key int) (*Comm, error) {
+// take part in the exchange and get nil. The new communicator takes the
+// timeout of opts, else c's (as NCCL's split inherits the parent's config).
+func (c *Comm) Split(color, key int, opts Options) (*Comm, error) {
 	if color < NoColor {
 		return nil, status.Errorf(status.InvalidArgument,
 			"split on rank %d: color %d is negative: pass a color >= 0, or GOCL_SPLIT_NOCOLOR (-1) to opt out", c.rank, color)
@@ -78,7 +79,10 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 			newRank = i
 		}
 	}
-	return InitRank(id, len(members), newRank, c.device)
+	if !opts.HasTimeout {
+		opts.Timeout, opts.HasTimeout = c.timeout, true
+	}
+	return InitRank(id, len(members), newRank, c.device, opts)
 }
 
 // allGather is an internal allgather of Go memory.

@@ -19,7 +19,7 @@ func TestSplit(t *testing.T) {
 				if c.Rank() == 5 {
 					color = NoColor
 				}
-				sub, err := c.Split(color, -c.Rank())
+				sub, err := c.Split(color, -c.Rank(), Options{})
 				if err != nil {
 					return err
 				}
@@ -58,11 +58,11 @@ func TestSplit(t *testing.T) {
 // when ranks queue them in opposite orders.
 func TestStreams(t *testing.T) {
 	setEnv(t)
-	a, err := InitAll(2, nil)
+	a, err := InitAll(2, nil, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := InitAll(2, nil)
+	b, err := InitAll(2, nil, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,15 +19,15 @@ func setEnv(t *testing.T, kv ...string) {
 	for i := 0; i < len(kv); i += 2 {
 		t.Setenv(kv[i], kv[i+1])
 	}
-	config.Reset()
-	t.Cleanup(config.Reset)
+	config.Reload()
+	t.Cleanup(config.Reload)
 }
 
 // clique makes n in-process ranks and runs body on each concurrently,
 // failing the test with every rank's error.
 func clique(t *testing.T, n int, body func(c *Comm) error) {
 	t.Helper()
-	comms, err := InitAll(n, nil)
+	comms, err := InitAll(n, nil, Options{})
 	if err != nil {
 		t.Fatalf("InitAll(%d): %v", n, err)
 	}
@@ -220,6 +220,6 @@ func redOp(c *Comm, t kernels.DataType, op kernels.RedOp) (int32, func(), error)
 }
 
 func configReset(tb testing.TB) {
-	config.Reset()
-	tb.Cleanup(config.Reset)
+	config.Reload()
+	tb.Cleanup(config.Reload)
 }

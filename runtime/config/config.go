@@ -1,76 +1,87 @@
 // Package config is gocl's one table of environment variables. Each GOCL_X
 // falls back to NCCL_X (so an existing NCCL environment keeps working), then
-// to the default. Values are read once, on first use, and never change after.
+// to the default. Values come from the process's live environment (env.go),
+// read at the moment they apply: each communicator init (unique id, init,
+// split) reads its settings and keeps them for its lifetime, so a program
+// may set them in code before creating a communicator, and change them
+// between two.
 package config
 
 import (
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 )
 
-// Var documents one setting. The README's table is generated from Table().
+// Var documents one setting. The README's table lists every one.
 type Var struct {
 	Name    string // without the GOCL_/NCCL_ prefix
 	Default string
+	Read    string // when gocl reads it (one of the Read* values)
 	Doc     string
 }
 
+// When a setting is read.
+const (
+	// ReadInit: by each communicator init, which keeps the value.
+	ReadInit = "each init"
+	// ReadProcess: by each init, for the whole process (later inits replace it).
+	ReadProcess = "each init, process-wide"
+	// ReadStartup: once, by the process's first unique id or init.
+	ReadStartup = "first init of the process"
+	// ReadNever: accepted for NCCL compatibility, not used.
+	ReadNever = "never"
+)
+
 var table = []Var{
-	{"DEBUG", "", "log level: VERSION, WARN, INFO or TRACE (unset: only errors returned to the caller)"},
-	{"DEBUG_SUBSYS", "INIT,BOOTSTRAP,ENV", "comma list of INIT, BOOTSTRAP, ENV, NET, P2P, COLL, TUNING, CALL, ALL; ^ negates the list"},
-	{"DEBUG_FILE", "", "log to this file instead of stderr; %h is the host name, %p the pid"},
-	{"SOCKET_IFNAME", "", "interface prefixes to use (a,b), ^ to exclude, = for an exact name; default: first non-loopback interface that is up, else lo"},
-	{"SOCKET_FAMILY", "", "AF_INET or AF_INET6 to force an address family"},
-	{"SOCKET_NTHREADS", "1", "with NSOCKS_PERTHREAD: sockets per peer = NTHREADS × NSOCKS_PERTHREAD (at most 64), as in NCCL"},
-	{"NSOCKS_PERTHREAD", "2", "sockets per thread; a message of 256 KiB or more is striped over all sockets of a peer"},
-	{"P2P_DISABLE", "0", "1: ranks of one process talk over sockets instead of reading each other's memory"},
-	{"SHM_DISABLE", "0", "1: no shared-memory transport between processes of one host (reserved: sockets are the only inter-process transport today)"},
-	{"IB_DISABLE", "1", "accepted for NCCL compatibility; gocl has no InfiniBand transport"},
-	{"BUFFSIZE", "1048576", "bytes per pipelined chunk of ring algorithms"},
-	{"ALGO", "", "force an algorithm: ring or direct (default: tuned by size)"},
-	{"PROTO", "", "accepted for NCCL compatibility; gocl has one protocol (Simple) today"},
-	{"MIN_NCHANNELS", "1", "accepted for NCCL compatibility; one channel per peer today"},
-	{"MAX_NCHANNELS", "1", "accepted for NCCL compatibility; one channel per peer today"},
-	{"TIMEOUT", "600", "seconds an init or an operation may wait on a peer before failing with goclTimeout"},
-	{"TRACE_BUFFER", "0", "keep the last N calls per communicator and print them when it fails (a flight recorder for post-mortems)"},
-	{"SPIN_US", "50", "microseconds a waiting rank polls (yielding the CPU) before it sleeps; 0 sleeps at once"},
-	{"DEFAULTS", "1", "1: when gocl starts on a machine that gocl doctor's knowledge base flags, it sets the safe transport settings you left unset for the other libraries in its process (today NCCL_P2P_DISABLE=1 where PCIe P2P runs behind an IOMMU or ACS) and logs each at INFO; gocl's own settings are unaffected. 0: set nothing"},
-	{"DIRECT_THRESHOLD", "32768", "allreduce, allgather, reducescatter, broadcast and reduce up to this many bytes use the direct algorithm (one step; above it the pipelined ring)"},
+	{"DEBUG", "", ReadProcess, "log level: VERSION, WARN, INFO or TRACE (unset: only errors returned to the caller)"},
+	{"DEBUG_SUBSYS", "INIT,BOOTSTRAP,ENV", ReadProcess, "comma list of INIT, BOOTSTRAP, ENV, NET, P2P, COLL, TUNING, CALL, ALL; ^ negates the list"},
+	{"DEBUG_FILE", "", ReadProcess, "log to this file instead of stderr; %h is the host name, %p the pid"},
+	{"SOCKET_IFNAME", "", ReadInit, "interface prefixes to use (a,b), ^ to exclude, = for an exact name; default: first non-loopback interface that is up, else lo"},
+	{"SOCKET_FAMILY", "", ReadInit, "AF_INET or AF_INET6 to force an address family"},
+	{"SOCKET_NTHREADS", "1", ReadInit, "with NSOCKS_PERTHREAD: sockets per peer = NTHREADS × NSOCKS_PERTHREAD (at most 64), as in NCCL"},
+	{"NSOCKS_PERTHREAD", "2", ReadInit, "sockets per thread; a message of 256 KiB or more is striped over all sockets of a peer"},
+	{"P2P_DISABLE", "0", ReadInit, "1: ranks of one process talk over sockets instead of reading each other's memory"},
+	{"SHM_DISABLE", "0", ReadInit, "1: no shared-memory transport between processes of one host (reserved: sockets are the only inter-process transport today)"},
+	{"IB_DISABLE", "1", ReadNever, "accepted for NCCL compatibility; gocl has no InfiniBand transport"},
+	{"BUFFSIZE", "1048576", ReadInit, "bytes per pipelined chunk of ring algorithms"},
+	{"ALGO", "", ReadInit, "force an algorithm: ring or direct (default: tuned by size)"},
+	{"PROTO", "", ReadNever, "accepted for NCCL compatibility; gocl has one protocol (Simple) today"},
+	{"MIN_NCHANNELS", "1", ReadNever, "accepted for NCCL compatibility; one channel per peer today"},
+	{"MAX_NCHANNELS", "1", ReadNever, "accepted for NCCL compatibility; one channel per peer today"},
+	{"TIMEOUT", "600", ReadInit, "seconds an init or an operation may wait on a peer before failing with goclTimeout; a timeout given to the communicator (goclConfig_t.timeout, the torch group's timeout) takes precedence; 0: no limit"},
+	{"TRACE_BUFFER", "0", ReadInit, "keep the last N calls per communicator and print them when it fails (a flight recorder for post-mortems)"},
+	{"SPIN_US", "50", ReadProcess, "microseconds a waiting rank polls (yielding the CPU) before it sleeps; 0 sleeps at once"},
+	{"DEFAULTS", "1", ReadStartup, "1: when gocl starts on a machine that gocl doctor's knowledge base flags, it sets the safe transport settings you left unset for the other libraries in its process (today NCCL_P2P_DISABLE=1 where PCIe P2P runs behind an IOMMU or ACS) and logs each at INFO; gocl's own settings are unaffected. 0: set nothing"},
+	{"DIRECT_THRESHOLD", "32768", ReadInit, "allreduce, allgather, reducescatter, broadcast and reduce up to this many bytes use the direct algorithm (one step; above it the pipelined ring)"},
 }
 
 // Table lists every setting with its default and meaning.
 func Table() []Var { return append([]Var(nil), table...) }
 
-var (
-	mu     sync.Mutex
-	values map[string]string
-)
+// READMERow is v's row in the README's settings table (checked by a test).
+func READMERow(v Var) string {
+	def := v.Default
+	if def == "" {
+		def = "unset"
+	}
+	return fmt.Sprintf("| `GOCL_%s` | %s | %s | %s |", v.Name, def, v.Read, v.Doc)
+}
 
 func lookup(name string) string {
-	mu.Lock()
-	defer mu.Unlock()
-	if values == nil {
-		values = map[string]string{}
-	}
-	if v, ok := values[name]; ok {
-		return v
-	}
 	v, _ := Source(name)
-	values[name] = v
 	return v
 }
 
 // Source returns the value of setting name and the variable it came from
 // ("GOCL_X", "NCCL_X" or "default").
 func Source(name string) (string, string) {
-	if v, ok := os.LookupEnv("GOCL_" + name); ok {
+	if v, ok := LookupEnv("GOCL_" + name); ok {
 		return v, "GOCL_" + name
 	}
-	if v, ok := os.LookupEnv("NCCL_" + name); ok && !SetByGocl("NCCL_"+name) {
+	if v, ok := LookupEnv("NCCL_" + name); ok && !SetByGocl("NCCL_"+name) {
 		return v, "NCCL_" + name
 	}
 	for _, t := range table {
@@ -79,6 +90,32 @@ func Source(name string) (string, string) {
 		}
 	}
 	panic("config: unknown setting " + name) // a programming error, caught in tests
+}
+
+// Process-wide settings (ReadProcess: the log level, the spin time) are
+// held by the packages that use them; each registers a reload function,
+// which Reload runs at every communicator init.
+var (
+	hooksMu sync.Mutex
+	hooks   []func()
+)
+
+// OnReload registers f to run now and at every Reload.
+func OnReload(f func()) {
+	hooksMu.Lock()
+	hooks = append(hooks, f)
+	hooksMu.Unlock()
+	f()
+}
+
+// Reload re-reads the process-wide settings from the environment; every
+// communicator init (unique id, init, split) calls it first.
+func Reload() {
+	hooksMu.Lock()
+	defer hooksMu.Unlock()
+	for _, f := range hooks {
+		f()
+	}
 }
 
 // String returns the setting's value.
@@ -173,11 +210,4 @@ func SetByGocl(env string) bool {
 	ownMu.Lock()
 	defer ownMu.Unlock()
 	return own[env]
-}
-
-// Reset forgets the values read so far; tests use it after os.Setenv.
-func Reset() {
-	mu.Lock()
-	values = nil
-	mu.Unlock()
 }

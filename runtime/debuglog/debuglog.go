@@ -4,7 +4,8 @@
 //
 // so that people's grep patterns and habits carry over. The level, the
 // subsystems and the file come from GOCL_DEBUG, GOCL_DEBUG_SUBSYS and
-// GOCL_DEBUG_FILE (NCCL_* fallbacks), read once.
+// GOCL_DEBUG_FILE (NCCL_* fallbacks), read again at every communicator init
+// (config.Reload), so a program may set them in code.
 package debuglog
 
 import (
@@ -13,6 +14,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"gocl/runtime/config"
@@ -50,37 +52,56 @@ var subsysNames = map[string]Subsys{
 }
 
 type logger struct {
-	level  Level
-	subsys Subsys
-	out    io.Writer
+	level  atomic.Int32  // Level
+	subsys atomic.Uint32 // Subsys
 	host   string
 	pid    int
-	mu     sync.Mutex
+
+	mu       sync.Mutex // guards the writer and the file it may own
+	out      io.Writer
+	file     *os.File // the GOCL_DEBUG_FILE gocl opened, if any
+	fileName string
 }
 
-var (
-	setup sync.Once
-	lg    logger
-)
+var lg logger
 
-func get() *logger {
-	setup.Do(func() {
-		lg.host, _ = os.Hostname()
-		lg.pid = os.Getpid()
-		lg.level = ParseLevel(config.String("DEBUG"))
-		lg.subsys = ParseSubsys(config.String("DEBUG_SUBSYS"))
-		lg.out = os.Stderr
-		if f := config.String("DEBUG_FILE"); f != "" && lg.level > None {
-			name := ExpandFileName(f, lg.host, lg.pid)
+func init() {
+	lg.host, _ = os.Hostname()
+	lg.pid = os.Getpid()
+	lg.out = os.Stderr
+	config.OnReload(reload)
+}
+
+// reload reads the level, the subsystems and the file from the environment.
+// A file stays open (and is appended to, not truncated) while its name is
+// unchanged.
+func reload() {
+	level := ParseLevel(config.String("DEBUG"))
+	lg.subsys.Store(uint32(ParseSubsys(config.String("DEBUG_SUBSYS"))))
+	name := ""
+	if f := config.String("DEBUG_FILE"); f != "" && level > None {
+		name = ExpandFileName(f, lg.host, lg.pid)
+	}
+	lg.mu.Lock()
+	if name != lg.fileName {
+		if lg.file != nil {
+			lg.file.Close()
+			lg.file = nil
+		}
+		lg.out, lg.fileName = os.Stderr, name
+		if name != "" {
 			if w, err := os.Create(name); err == nil {
-				lg.out = w
+				lg.out, lg.file = w, w
 			} else {
 				fmt.Fprintf(os.Stderr, "%s:%d GOCL WARN cannot open GOCL_DEBUG_FILE %q: %v; logging to stderr\n", lg.host, lg.pid, name, err)
 			}
 		}
-	})
-	return &lg
+	}
+	lg.mu.Unlock()
+	lg.level.Store(int32(level))
 }
+
+func get() *logger { return &lg }
 
 // ParseLevel maps GOCL_DEBUG's value to a Level (unknown → None).
 func ParseLevel(s string) Level {
@@ -121,11 +142,10 @@ func ExpandFileName(pattern, host string, pid int) string {
 // Enabled reports whether a line at level l for subsystem s would be written;
 // callers use it to skip building expensive messages.
 func Enabled(l Level, s Subsys) bool {
-	g := get()
-	if l > g.level {
+	if int32(l) > lg.level.Load() {
 		return false
 	}
-	return l <= Warn || g.subsys&s != 0
+	return l <= Warn || Subsys(lg.subsys.Load())&s != 0
 }
 
 // Logf writes one line for rank (-1 when there is none yet).

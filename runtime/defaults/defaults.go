@@ -13,7 +13,6 @@ package defaults
 
 import (
 	"context"
-	"os"
 	"sync"
 
 	"gocl/doctor"
@@ -45,9 +44,9 @@ func apply(nvml doctor.NVMLCollector, sys doctor.System) (set, kept []doctor.Sta
 		debuglog.Infof(debuglog.Env, -1, "GOCL_DEFAULTS=0: no machine defaults")
 		return nil, nil
 	}
-	set, kept = doctor.StartupDefaults(doctor.Judge(localFacts(nvml, sys), nil), nil, os.LookupEnv)
+	set, kept = doctor.StartupDefaults(doctor.Judge(localFacts(nvml, sys), nil), nil, config.LookupEnv)
 	for _, d := range set {
-		if err := os.Setenv(d.Name, d.Value); err != nil {
+		if err := config.Setenv(d.Name, d.Value); err != nil {
 			debuglog.Warnf(debuglog.Env, -1, "machine default %s=%s not set: %v", d.Name, d.Value, err)
 			continue
 		}

@@ -86,8 +86,8 @@ func clean(t *testing.T, set map[string]string) {
 	for k, v := range set {
 		t.Setenv(k, v)
 	}
-	config.Reset()
-	t.Cleanup(config.Reset)
+	config.Reload()
+	t.Cleanup(config.Reload)
 	os.Truncate(logFile, 0)
 }
 

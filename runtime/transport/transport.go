@@ -55,7 +55,7 @@ func PeerFailed(self, peer int, reason string) error {
 // TimedOut is the error for a wait that passed its deadline.
 func TimedOut(self, peer int, what string) error {
 	return status.Errorf(status.Timeout,
-		"rank %d: no progress from rank %d within GOCL_TIMEOUT while %s: rank %d is stuck, too slow, or not making the same call (raise GOCL_TIMEOUT if it is only slow)",
+		"rank %d: timed out: no progress from rank %d within the communicator's timeout (GOCL_TIMEOUT, or the timeout given at init) while %s: rank %d is stuck, too slow, or not making the same call (raise the timeout if it is only slow)",
 		self, peer, what, peer)
 }
 

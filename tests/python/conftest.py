@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 # A hang becomes a gocl timeout error well before the plugin's or make's limits.
-# Read once, when the library loads (in this process and in every rank).
+# Read at each communicator init (in this process and in every rank).
 os.environ.setdefault("GOCL_TIMEOUT", "60")
 
 REPO = Path(__file__).resolve().parents[2]

@@ -477,7 +477,7 @@ def test_from_env_four_ranks():
 
 @pytest.mark.ranks(3, timeout=90)
 def test_dead_rank_gives_remote_error_on_survivors():
-    os.environ["GOCL_TIMEOUT"] = "15"  # read when the library loads (below)
+    os.environ["GOCL_TIMEOUT"] = "15"  # read at the communicator init (below)
     comm = gocl.Communicator.from_env()
     comm.barrier()
     if comm.rank == 1:

@@ -260,7 +260,7 @@ def test_p2p_batches_do_not_depend_on_timing():
     blocks as surely as a lone receive."""
     import time
 
-    os.environ["GOCL_TIMEOUT"] = "20"  # read when the library loads (in init_process_group)
+    os.environ["GOCL_TIMEOUT"] = "20"  # read at the communicator init (in init_process_group)
     with group() as (rank, world):
         f = Failures(rank)
         peer = 1 - rank
