@@ -387,9 +387,9 @@ func divide(e elem) func(c *consts) (op, func(w *asm, x, y string, t []string)) 
 }
 
 type entry struct {
-	dtype                                string
-	sum, prod, max, min, premul          string
-	scale, div                           string
+	dtype                       string
+	sum, prod, max, min, premul string
+	scale, div                  string
 }
 
 func main() {
