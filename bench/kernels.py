@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""gocl's reduction kernels against numpy, side by side on one core.
+
+Usage: .venv/bin/python bench/kernels.py [--rounds N] [--core C] [--quick]
+
+Both sides compute dst = a op b over three separate buffers (numpy:
+``np.add(a, b, out=d)`` and friends; gocl: ``Reducer.Accumulate`` through the
+Go benchmark ``BenchmarkKernel`` in kernels/bench_test.go, built once into
+build/kernels.test). The script pins itself, and so the Go benchmark it
+starts, to one core, then alternates: all gocl cases, all numpy cases, and
+again, --rounds times; each table cell is the median over the rounds.
+GB/s counts the bytes of one buffer; Gelem/s is elements per second.
+
+Tables: float32 sum from 4 KiB to 64 MiB; then every dtype x op at 64 KiB
+(in cache: compute bound) and 1 MiB. numpy has no bfloat16 (unless
+ml_dtypes is installed) and no one-pass premulsum, shown as "-".
+Keep runs short on a shared machine; --quick runs only the float32 table.
+"""
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(ROOT, "build", "kernels.test")
+SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20]
+MATRIX_SIZES = [64 << 10, 1 << 20]
+DTYPES = ["int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64", "bfloat16"]
+OPS = ["sum", "prod", "max", "min", "premulsum"]
+NP_OPS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+ITEMSIZE = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8,
+            "float16": 2, "float32": 4, "float64": 8, "bfloat16": 2}
+
+
+def np_dtype(name):
+    if name == "bfloat16":
+        try:
+            import ml_dtypes  # noqa: PLC0415 (optional)
+        except ImportError:
+            return None
+        return ml_dtypes.bfloat16
+    return np.dtype(name)
+
+
+def size_name(n):
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
+
+
+def build():
+    subprocess.run(["go", "test", "-c", "-o", BIN, "./kernels"], cwd=ROOT, check=True)
+
+
+def run_go(regex, benchtime):
+    """Seconds per call for every Kernel/<dtype>/<op>/<bytes> case matched."""
+    out = subprocess.run([BIN, "-test.run=^$", f"-test.bench={regex}", f"-test.benchtime={benchtime}"],
+                         cwd=os.path.join(ROOT, "kernels"), capture_output=True, text=True, check=True).stdout
+    res = {}
+    for m in re.finditer(r"^BenchmarkKernel/(\w+)/(\w+)/(\d+)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op", out, re.M):
+        res[(m[1], m[2], int(m[3]))] = float(m[4]) * 1e-9
+    return res
+
+
+def run_np(cases, seconds):
+    res = {}
+    rng = np.random.default_rng(1)
+    for dt, op, size in cases:
+        t = np_dtype(dt)
+        if t is None or op not in NP_OPS:
+            continue
+        n = size // ITEMSIZE[dt]
+        if np.dtype(t).kind in "iu":
+            a = rng.integers(-20, 20, n).astype(t)
+            b = rng.integers(-10, 10, n).astype(t)
+        else:
+            a = rng.standard_normal(n).astype(t)
+            b = (rng.standard_normal(n) * 0.5).astype(t)
+        d = np.empty_like(a)
+        f = NP_OPS[op]
+        f(a, b, out=d)
+        reps, el = 1, 0.0
+        while True:  # grow the batch until it fills the time slot
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                f(a, b, out=d)
+            el = time.perf_counter() - t0
+            if el >= seconds:
+                break
+            reps = max(reps * 2, int(reps * seconds / max(el, 1e-9)))
+        res[(dt, op, size)] = el / reps
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--core", type=int, default=1)
+    ap.add_argument("--quick", action="store_true", help="float32 sum only")
+    args = ap.parse_args()
+    os.sched_setaffinity(0, {args.core})
+    build()
+
+    f32 = [("float32", "sum", s) for s in SIZES]
+    matrix = [] if args.quick else [(d, o, s) for d in DTYPES for o in OPS for s in MATRIX_SIZES]
+    go_regex = [r"^BenchmarkKernel$/^float32$/^sum$/"]
+    if matrix:
+        go_regex.append(r"^BenchmarkKernel$/./[a-z]/^(%s)$" % "|".join(str(s) for s in MATRIX_SIZES))
+    gos, nps = [], []
+    for r in range(args.rounds):
+        g = {}
+        for rx in go_regex:
+            g.update(run_go(rx, "40ms"))
+        gos.append(g)
+        nps.append(run_np(f32 + matrix, 0.04))
+        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+
+    def med(runs, key):
+        v = [r[key] for r in runs if key in r]
+        return statistics.median(v) if v else None
+
+    isa = subprocess.run([BIN, "-test.run=^TestISA$", "-test.v"], cwd=os.path.join(ROOT, "kernels"),
+                         capture_output=True, text=True).stdout
+    isa = (re.search(r"ISA: (\S+)", isa) or [None, "?"])[1]
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    print(f"# gocl kernels ({isa}) vs numpy {np.__version__}, one core ({cpu}), median of {args.rounds} alternating rounds\n")
+    print("float32 sum, dst = a + b (three buffers), GB/s of one buffer:\n")
+    print("| size | gocl GB/s | numpy GB/s | gocl/numpy |\n|---|---|---|---|")
+    for key in f32:
+        g, n = med(gos, key), med(nps, key)
+        print(f"| {size_name(key[2])} | {key[2] / g / 1e9:.1f} | {key[2] / n / 1e9:.1f} | {n / g:.2f} |")
+    for size in MATRIX_SIZES if matrix else []:
+        print(f"\nEvery dtype x op at {size_name(size)}: gocl / numpy, Gelem/s (avg runs as sum):\n")
+        print("| dtype | " + " | ".join(OPS) + " |\n|---|" + "---|" * len(OPS))
+        for d in DTYPES:
+            cells = []
+            for o in OPS:
+                key = (d, o, size)
+                g, n = med(gos, key), med(nps, key)
+                el = size / ITEMSIZE[d]
+                cell = f"{el / g / 1e9:.2f}" if g else "-"
+                cell += f" / {el / n / 1e9:.2f}" if n else " / -"
+                cells.append(cell)
+            print(f"| {d} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
