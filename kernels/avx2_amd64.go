@@ -6,16 +6,31 @@ package kernels
 func avx2SumInt8(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2SumInt8NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2ProdInt8(d, a, b *byte, n int, k *byte)
+
+//go:noescape
+func avx2ProdInt8NT(d, a, b *byte, n int, k *byte)
 
 //go:noescape
 func avx2MaxInt8(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2MaxInt8NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2MinInt8(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2MinInt8NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2PreMulSumInt8(d, a, b *byte, n int, k *byte)
+
+//go:noescape
+func avx2PreMulSumInt8NT(d, a, b *byte, n int, k *byte)
 
 //go:noescape
 func avx2ScaleInt8(d, s *byte, n int, k *byte)
@@ -24,16 +39,31 @@ func avx2ScaleInt8(d, s *byte, n int, k *byte)
 func avx2SumUint8(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2SumUint8NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2ProdUint8(d, a, b *byte, n int, k *byte)
+
+//go:noescape
+func avx2ProdUint8NT(d, a, b *byte, n int, k *byte)
 
 //go:noescape
 func avx2MaxUint8(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2MaxUint8NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2MinUint8(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2MinUint8NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2PreMulSumUint8(d, a, b *byte, n int, k *byte)
+
+//go:noescape
+func avx2PreMulSumUint8NT(d, a, b *byte, n int, k *byte)
 
 //go:noescape
 func avx2ScaleUint8(d, s *byte, n int, k *byte)
@@ -42,16 +72,31 @@ func avx2ScaleUint8(d, s *byte, n int, k *byte)
 func avx2SumInt32(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2SumInt32NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2ProdInt32(d, a, b *byte, n int, k *byte)
+
+//go:noescape
+func avx2ProdInt32NT(d, a, b *byte, n int, k *byte)
 
 //go:noescape
 func avx2MaxInt32(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2MaxInt32NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2MinInt32(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2MinInt32NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2PreMulSumInt32(d, a, b *byte, n int, k *byte)
+
+//go:noescape
+func avx2PreMulSumInt32NT(d, a, b *byte, n int, k *byte)
 
 //go:noescape
 func avx2ScaleInt32(d, s *byte, n int, k *byte)
@@ -60,16 +105,31 @@ func avx2ScaleInt32(d, s *byte, n int, k *byte)
 func avx2SumUint32(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2SumUint32NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2ProdUint32(d, a, b *byte, n int, k *byte)
+
+//go:noescape
+func avx2ProdUint32NT(d, a, b *byte, n int, k *byte)
 
 //go:noescape
 func avx2MaxUint32(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2MaxUint32NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2MinUint32(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2MinUint32NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2PreMulSumUint32(d, a, b *byte, n int, k *byte)
+
+//go:noescape
+func avx2PreMulSumUint32NT(d, a, b *byte, n int, k *byte)
 
 //go:noescape
 func avx2ScaleUint32(d, s *byte, n int, k *byte)
@@ -78,16 +138,31 @@ func avx2ScaleUint32(d, s *byte, n int, k *byte)
 func avx2SumInt64(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2SumInt64NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2ProdInt64(d, a, b *byte, n int, k *byte)
+
+//go:noescape
+func avx2ProdInt64NT(d, a, b *byte, n int, k *byte)
 
 //go:noescape
 func avx2MaxInt64(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2MaxInt64NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2MinInt64(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2MinInt64NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2PreMulSumInt64(d, a, b *byte, n int, k *byte)
+
+//go:noescape
+func avx2PreMulSumInt64NT(d, a, b *byte, n int, k *byte)
 
 //go:noescape
 func avx2ScaleInt64(d, s *byte, n int, k *byte)
@@ -96,16 +171,31 @@ func avx2ScaleInt64(d, s *byte, n int, k *byte)
 func avx2SumUint64(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2SumUint64NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2ProdUint64(d, a, b *byte, n int, k *byte)
+
+//go:noescape
+func avx2ProdUint64NT(d, a, b *byte, n int, k *byte)
 
 //go:noescape
 func avx2MaxUint64(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2MaxUint64NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2MinUint64(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2MinUint64NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2PreMulSumUint64(d, a, b *byte, n int, k *byte)
+
+//go:noescape
+func avx2PreMulSumUint64NT(d, a, b *byte, n int, k *byte)
 
 //go:noescape
 func avx2ScaleUint64(d, s *byte, n int, k *byte)
@@ -114,16 +204,31 @@ func avx2ScaleUint64(d, s *byte, n int, k *byte)
 func avx2SumFloat32(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2SumFloat32NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2ProdFloat32(d, a, b *byte, n int, k *byte)
+
+//go:noescape
+func avx2ProdFloat32NT(d, a, b *byte, n int, k *byte)
 
 //go:noescape
 func avx2MaxFloat32(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2MaxFloat32NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2MinFloat32(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2MinFloat32NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2PreMulSumFloat32(d, a, b *byte, n int, k *byte)
+
+//go:noescape
+func avx2PreMulSumFloat32NT(d, a, b *byte, n int, k *byte)
 
 //go:noescape
 func avx2ScaleFloat32(d, s *byte, n int, k *byte)
@@ -135,16 +240,31 @@ func avx2DivFloat32(d, s *byte, n int, k *byte)
 func avx2SumFloat64(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2SumFloat64NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2ProdFloat64(d, a, b *byte, n int, k *byte)
+
+//go:noescape
+func avx2ProdFloat64NT(d, a, b *byte, n int, k *byte)
 
 //go:noescape
 func avx2MaxFloat64(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2MaxFloat64NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2MinFloat64(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2MinFloat64NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2PreMulSumFloat64(d, a, b *byte, n int, k *byte)
+
+//go:noescape
+func avx2PreMulSumFloat64NT(d, a, b *byte, n int, k *byte)
 
 //go:noescape
 func avx2ScaleFloat64(d, s *byte, n int, k *byte)
@@ -156,16 +276,31 @@ func avx2DivFloat64(d, s *byte, n int, k *byte)
 func avx2SumFloat16(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2SumFloat16NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2ProdFloat16(d, a, b *byte, n int, k *byte)
+
+//go:noescape
+func avx2ProdFloat16NT(d, a, b *byte, n int, k *byte)
 
 //go:noescape
 func avx2MaxFloat16(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2MaxFloat16NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2MinFloat16(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2MinFloat16NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2PreMulSumFloat16(d, a, b *byte, n int, k *byte)
+
+//go:noescape
+func avx2PreMulSumFloat16NT(d, a, b *byte, n int, k *byte)
 
 //go:noescape
 func avx2ScaleFloat16(d, s *byte, n int, k *byte)
@@ -177,16 +312,31 @@ func avx2DivFloat16(d, s *byte, n int, k *byte)
 func avx2SumBfloat16(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2SumBfloat16NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2ProdBfloat16(d, a, b *byte, n int, k *byte)
+
+//go:noescape
+func avx2ProdBfloat16NT(d, a, b *byte, n int, k *byte)
 
 //go:noescape
 func avx2MaxBfloat16(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2MaxBfloat16NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2MinBfloat16(d, a, b *byte, n int, k *byte)
 
 //go:noescape
+func avx2MinBfloat16NT(d, a, b *byte, n int, k *byte)
+
+//go:noescape
 func avx2PreMulSumBfloat16(d, a, b *byte, n int, k *byte)
+
+//go:noescape
+func avx2PreMulSumBfloat16NT(d, a, b *byte, n int, k *byte)
 
 //go:noescape
 func avx2ScaleBfloat16(d, s *byte, n int, k *byte)
@@ -196,14 +346,24 @@ func avx2DivBfloat16(d, s *byte, n int, k *byte)
 
 // avx2Kernels lists the kernels per dtype; nil where there is none.
 var avx2Kernels = [NumTypes]simdSet{
-	Int8:     {accum: [NumOps]binaryKernel{Sum: avx2SumInt8, Prod: avx2ProdInt8, Max: avx2MaxInt8, Min: avx2MinInt8, Avg: avx2SumInt8}, preMulSum: avx2PreMulSumInt8, scale: avx2ScaleInt8, div: nil},
-	Uint8:    {accum: [NumOps]binaryKernel{Sum: avx2SumUint8, Prod: avx2ProdUint8, Max: avx2MaxUint8, Min: avx2MinUint8, Avg: avx2SumUint8}, preMulSum: avx2PreMulSumUint8, scale: avx2ScaleUint8, div: nil},
-	Int32:    {accum: [NumOps]binaryKernel{Sum: avx2SumInt32, Prod: avx2ProdInt32, Max: avx2MaxInt32, Min: avx2MinInt32, Avg: avx2SumInt32}, preMulSum: avx2PreMulSumInt32, scale: avx2ScaleInt32, div: nil},
-	Uint32:   {accum: [NumOps]binaryKernel{Sum: avx2SumUint32, Prod: avx2ProdUint32, Max: avx2MaxUint32, Min: avx2MinUint32, Avg: avx2SumUint32}, preMulSum: avx2PreMulSumUint32, scale: avx2ScaleUint32, div: nil},
-	Int64:    {accum: [NumOps]binaryKernel{Sum: avx2SumInt64, Prod: avx2ProdInt64, Max: avx2MaxInt64, Min: avx2MinInt64, Avg: avx2SumInt64}, preMulSum: avx2PreMulSumInt64, scale: avx2ScaleInt64, div: nil},
-	Uint64:   {accum: [NumOps]binaryKernel{Sum: avx2SumUint64, Prod: avx2ProdUint64, Max: avx2MaxUint64, Min: avx2MinUint64, Avg: avx2SumUint64}, preMulSum: avx2PreMulSumUint64, scale: avx2ScaleUint64, div: nil},
-	Float32:  {accum: [NumOps]binaryKernel{Sum: avx2SumFloat32, Prod: avx2ProdFloat32, Max: avx2MaxFloat32, Min: avx2MinFloat32, Avg: avx2SumFloat32}, preMulSum: avx2PreMulSumFloat32, scale: avx2ScaleFloat32, div: avx2DivFloat32},
-	Float64:  {accum: [NumOps]binaryKernel{Sum: avx2SumFloat64, Prod: avx2ProdFloat64, Max: avx2MaxFloat64, Min: avx2MinFloat64, Avg: avx2SumFloat64}, preMulSum: avx2PreMulSumFloat64, scale: avx2ScaleFloat64, div: avx2DivFloat64},
-	Float16:  {accum: [NumOps]binaryKernel{Sum: avx2SumFloat16, Prod: avx2ProdFloat16, Max: avx2MaxFloat16, Min: avx2MinFloat16, Avg: avx2SumFloat16}, preMulSum: avx2PreMulSumFloat16, scale: avx2ScaleFloat16, div: avx2DivFloat16},
-	Bfloat16: {accum: [NumOps]binaryKernel{Sum: avx2SumBfloat16, Prod: avx2ProdBfloat16, Max: avx2MaxBfloat16, Min: avx2MinBfloat16, Avg: avx2SumBfloat16}, preMulSum: avx2PreMulSumBfloat16, scale: avx2ScaleBfloat16, div: avx2DivBfloat16},
+	Int8: {accum: [NumOps]binaryKernel{Sum: avx2SumInt8, Prod: avx2ProdInt8, Max: avx2MaxInt8, Min: avx2MinInt8, Avg: avx2SumInt8}, preMulSum: avx2PreMulSumInt8, scale: avx2ScaleInt8, div: nil,
+		accumNT: [NumOps]binaryKernel{Sum: avx2SumInt8NT, Prod: avx2ProdInt8NT, Max: avx2MaxInt8NT, Min: avx2MinInt8NT, Avg: avx2SumInt8NT}, preMulSumNT: avx2PreMulSumInt8NT},
+	Uint8: {accum: [NumOps]binaryKernel{Sum: avx2SumUint8, Prod: avx2ProdUint8, Max: avx2MaxUint8, Min: avx2MinUint8, Avg: avx2SumUint8}, preMulSum: avx2PreMulSumUint8, scale: avx2ScaleUint8, div: nil,
+		accumNT: [NumOps]binaryKernel{Sum: avx2SumUint8NT, Prod: avx2ProdUint8NT, Max: avx2MaxUint8NT, Min: avx2MinUint8NT, Avg: avx2SumUint8NT}, preMulSumNT: avx2PreMulSumUint8NT},
+	Int32: {accum: [NumOps]binaryKernel{Sum: avx2SumInt32, Prod: avx2ProdInt32, Max: avx2MaxInt32, Min: avx2MinInt32, Avg: avx2SumInt32}, preMulSum: avx2PreMulSumInt32, scale: avx2ScaleInt32, div: nil,
+		accumNT: [NumOps]binaryKernel{Sum: avx2SumInt32NT, Prod: avx2ProdInt32NT, Max: avx2MaxInt32NT, Min: avx2MinInt32NT, Avg: avx2SumInt32NT}, preMulSumNT: avx2PreMulSumInt32NT},
+	Uint32: {accum: [NumOps]binaryKernel{Sum: avx2SumUint32, Prod: avx2ProdUint32, Max: avx2MaxUint32, Min: avx2MinUint32, Avg: avx2SumUint32}, preMulSum: avx2PreMulSumUint32, scale: avx2ScaleUint32, div: nil,
+		accumNT: [NumOps]binaryKernel{Sum: avx2SumUint32NT, Prod: avx2ProdUint32NT, Max: avx2MaxUint32NT, Min: avx2MinUint32NT, Avg: avx2SumUint32NT}, preMulSumNT: avx2PreMulSumUint32NT},
+	Int64: {accum: [NumOps]binaryKernel{Sum: avx2SumInt64, Prod: avx2ProdInt64, Max: avx2MaxInt64, Min: avx2MinInt64, Avg: avx2SumInt64}, preMulSum: avx2PreMulSumInt64, scale: avx2ScaleInt64, div: nil,
+		accumNT: [NumOps]binaryKernel{Sum: avx2SumInt64NT, Prod: avx2ProdInt64NT, Max: avx2MaxInt64NT, Min: avx2MinInt64NT, Avg: avx2SumInt64NT}, preMulSumNT: avx2PreMulSumInt64NT},
+	Uint64: {accum: [NumOps]binaryKernel{Sum: avx2SumUint64, Prod: avx2ProdUint64, Max: avx2MaxUint64, Min: avx2MinUint64, Avg: avx2SumUint64}, preMulSum: avx2PreMulSumUint64, scale: avx2ScaleUint64, div: nil,
+		accumNT: [NumOps]binaryKernel{Sum: avx2SumUint64NT, Prod: avx2ProdUint64NT, Max: avx2MaxUint64NT, Min: avx2MinUint64NT, Avg: avx2SumUint64NT}, preMulSumNT: avx2PreMulSumUint64NT},
+	Float32: {accum: [NumOps]binaryKernel{Sum: avx2SumFloat32, Prod: avx2ProdFloat32, Max: avx2MaxFloat32, Min: avx2MinFloat32, Avg: avx2SumFloat32}, preMulSum: avx2PreMulSumFloat32, scale: avx2ScaleFloat32, div: avx2DivFloat32,
+		accumNT: [NumOps]binaryKernel{Sum: avx2SumFloat32NT, Prod: avx2ProdFloat32NT, Max: avx2MaxFloat32NT, Min: avx2MinFloat32NT, Avg: avx2SumFloat32NT}, preMulSumNT: avx2PreMulSumFloat32NT},
+	Float64: {accum: [NumOps]binaryKernel{Sum: avx2SumFloat64, Prod: avx2ProdFloat64, Max: avx2MaxFloat64, Min: avx2MinFloat64, Avg: avx2SumFloat64}, preMulSum: avx2PreMulSumFloat64, scale: avx2ScaleFloat64, div: avx2DivFloat64,
+		accumNT: [NumOps]binaryKernel{Sum: avx2SumFloat64NT, Prod: avx2ProdFloat64NT, Max: avx2MaxFloat64NT, Min: avx2MinFloat64NT, Avg: avx2SumFloat64NT}, preMulSumNT: avx2PreMulSumFloat64NT},
+	Float16: {accum: [NumOps]binaryKernel{Sum: avx2SumFloat16, Prod: avx2ProdFloat16, Max: avx2MaxFloat16, Min: avx2MinFloat16, Avg: avx2SumFloat16}, preMulSum: avx2PreMulSumFloat16, scale: avx2ScaleFloat16, div: avx2DivFloat16,
+		accumNT: [NumOps]binaryKernel{Sum: avx2SumFloat16NT, Prod: avx2ProdFloat16NT, Max: avx2MaxFloat16NT, Min: avx2MinFloat16NT, Avg: avx2SumFloat16NT}, preMulSumNT: avx2PreMulSumFloat16NT},
+	Bfloat16: {accum: [NumOps]binaryKernel{Sum: avx2SumBfloat16, Prod: avx2ProdBfloat16, Max: avx2MaxBfloat16, Min: avx2MinBfloat16, Avg: avx2SumBfloat16}, preMulSum: avx2PreMulSumBfloat16, scale: avx2ScaleBfloat16, div: avx2DivBfloat16,
+		accumNT: [NumOps]binaryKernel{Sum: avx2SumBfloat16NT, Prod: avx2ProdBfloat16NT, Max: avx2MaxBfloat16NT, Min: avx2MinBfloat16NT, Avg: avx2SumBfloat16NT}, preMulSumNT: avx2PreMulSumBfloat16NT},
 }

@@ -24,6 +24,16 @@ func TestSIMDMatchesPortable(t *testing.T) {
 	if vec == nil {
 		t.Skipf("no vector kernels on this CPU (%s)", ISA())
 	}
+	t.Run("cached", func(t *testing.T) { testSIMD(t, vec) })
+	// The streaming-store twins, on every length from 64 bytes, with the
+	// aligned head run by the portable loop (or no streaming when dst is
+	// not element-aligned: the random offsets give both).
+	defer func(old int) { streamBytes = old }(streamBytes)
+	streamBytes = 64
+	t.Run("streaming", func(t *testing.T) { testSIMD(t, vec) })
+}
+
+func testSIMD(t *testing.T, vec *[NumTypes]simdSet) {
 	lens := []int{1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1000, 4099}
 	for _, ty := range allTypes {
 		for _, op := range allOps {
