@@ -102,6 +102,9 @@ func avx2PreMulSumInt32NT(d, a, b *byte, n int, k *byte)
 func avx2ScaleInt32(d, s *byte, n int, k *byte)
 
 //go:noescape
+func avx2DivInt32(d, s *byte, n int, k *byte)
+
+//go:noescape
 func avx2SumUint32(d, a, b *byte, n int, k *byte)
 
 //go:noescape
@@ -133,6 +136,9 @@ func avx2PreMulSumUint32NT(d, a, b *byte, n int, k *byte)
 
 //go:noescape
 func avx2ScaleUint32(d, s *byte, n int, k *byte)
+
+//go:noescape
+func avx2DivUint32(d, s *byte, n int, k *byte)
 
 //go:noescape
 func avx2SumInt64(d, a, b *byte, n int, k *byte)
@@ -350,9 +356,9 @@ var avx2Kernels = [NumTypes]simdSet{
 		accumNT: [NumOps]binaryKernel{Sum: avx2SumInt8NT, Prod: avx2ProdInt8NT, Max: avx2MaxInt8NT, Min: avx2MinInt8NT, Avg: avx2SumInt8NT}, preMulSumNT: avx2PreMulSumInt8NT},
 	Uint8: {accum: [NumOps]binaryKernel{Sum: avx2SumUint8, Prod: avx2ProdUint8, Max: avx2MaxUint8, Min: avx2MinUint8, Avg: avx2SumUint8}, preMulSum: avx2PreMulSumUint8, scale: avx2ScaleUint8, div: nil,
 		accumNT: [NumOps]binaryKernel{Sum: avx2SumUint8NT, Prod: avx2ProdUint8NT, Max: avx2MaxUint8NT, Min: avx2MinUint8NT, Avg: avx2SumUint8NT}, preMulSumNT: avx2PreMulSumUint8NT},
-	Int32: {accum: [NumOps]binaryKernel{Sum: avx2SumInt32, Prod: avx2ProdInt32, Max: avx2MaxInt32, Min: avx2MinInt32, Avg: avx2SumInt32}, preMulSum: avx2PreMulSumInt32, scale: avx2ScaleInt32, div: nil,
+	Int32: {accum: [NumOps]binaryKernel{Sum: avx2SumInt32, Prod: avx2ProdInt32, Max: avx2MaxInt32, Min: avx2MinInt32, Avg: avx2SumInt32}, preMulSum: avx2PreMulSumInt32, scale: avx2ScaleInt32, div: avx2DivInt32,
 		accumNT: [NumOps]binaryKernel{Sum: avx2SumInt32NT, Prod: avx2ProdInt32NT, Max: avx2MaxInt32NT, Min: avx2MinInt32NT, Avg: avx2SumInt32NT}, preMulSumNT: avx2PreMulSumInt32NT},
-	Uint32: {accum: [NumOps]binaryKernel{Sum: avx2SumUint32, Prod: avx2ProdUint32, Max: avx2MaxUint32, Min: avx2MinUint32, Avg: avx2SumUint32}, preMulSum: avx2PreMulSumUint32, scale: avx2ScaleUint32, div: nil,
+	Uint32: {accum: [NumOps]binaryKernel{Sum: avx2SumUint32, Prod: avx2ProdUint32, Max: avx2MaxUint32, Min: avx2MinUint32, Avg: avx2SumUint32}, preMulSum: avx2PreMulSumUint32, scale: avx2ScaleUint32, div: avx2DivUint32,
 		accumNT: [NumOps]binaryKernel{Sum: avx2SumUint32NT, Prod: avx2ProdUint32NT, Max: avx2MaxUint32NT, Min: avx2MinUint32NT, Avg: avx2SumUint32NT}, preMulSumNT: avx2PreMulSumUint32NT},
 	Int64: {accum: [NumOps]binaryKernel{Sum: avx2SumInt64, Prod: avx2ProdInt64, Max: avx2MaxInt64, Min: avx2MinInt64, Avg: avx2SumInt64}, preMulSum: avx2PreMulSumInt64, scale: avx2ScaleInt64, div: nil,
 		accumNT: [NumOps]binaryKernel{Sum: avx2SumInt64NT, Prod: avx2ProdInt64NT, Max: avx2MaxInt64NT, Min: avx2MinInt64NT, Avg: avx2SumInt64NT}, preMulSumNT: avx2PreMulSumInt64NT},

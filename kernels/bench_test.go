@@ -89,3 +89,20 @@ func BenchmarkKernel(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkFinalize measures Avg's division pass over 1 MiB.
+func BenchmarkFinalize(b *testing.B) {
+	for _, ty := range allTypes {
+		b.Run(ty.String(), func(b *testing.B) {
+			r, err := NewReducer(ty, Avg, 3, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			buf := make([]byte, 1<<20)
+			b.SetBytes(int64(len(buf)))
+			for b.Loop() {
+				r.Finalize(buf)
+			}
+		})
+	}
+}

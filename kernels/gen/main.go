@@ -65,7 +65,7 @@ func (c *consts) scalar(bcast string) string {
 	return c.get("k", "MOVQ k+32(FP), R8", bcast+" (R8), $R")
 }
 
-func x(y string) string { return "X" + y[1:] }
+func X(y string) string { return "X" + y[1:] }
 
 // ---- element ops -------------------------------------------------------
 
@@ -290,8 +290,8 @@ func gen(w *asm, k kernel) {
 				w.i("VANDPS %s, %s, %s", sign, xr, t[1])
 				w.i("VORPS %s, %s, %s", qnan, t[1], t[1])
 				w.i("VBLENDVPS %s, %s, %s, %s", t[0], t[1], xr, xr)
-				w.i("VCVTPS2PH $0, %s, %s", xr, x(xr)) // round to nearest even
-				w.i("%s %s, %d(DI)", store, x(xr), off)
+				w.i("VCVTPS2PH $0, %s, %s", xr, X(xr)) // round to nearest even
+				w.i("%s %s, %d(DI)", store, X(xr), off)
 			case bf16:
 				xo, yo := reg(g, 2), reg(g, 3)
 				w.i("VPAND %s, %s, %s", hi, xr, xo)
@@ -386,7 +386,38 @@ func scale(e elem) func(c *consts) (op, func(w *asm, x, y string, t []string)) {
 	}
 }
 
-// divide: s/k (Finalize for Avg), floats only.
+// divideInt32: s/k for 32-bit integers through float64 (k is float64):
+// exact, as |s| < 2^32 (see TestSIMDMatchesPortable), and AVX2 has no
+// integer divide. Unsigned lanes are biased by 2^31 to convert as signed;
+// their quotients (k >= 2) fit in int32 again.
+func divideInt32(unsigned bool) func(c *consts) (op, func(w *asm, x, y string, t []string)) {
+	return func(c *consts) (op, func(w *asm, x, y string, t []string)) {
+		k := c.scalar("VBROADCASTSD")
+		var flip, bias string
+		if unsigned {
+			flip, bias = c.imm32(1<<31), c.imm64(0x41e0000000000000) // 2^31 as float64
+		}
+		return op{temps: 2}, func(w *asm, x, y string, t []string) {
+			if unsigned {
+				w.i("VPXOR %s, %s, %s", flip, x, x)
+			}
+			w.i("VEXTRACTI128 $1, %s, %s", x, X(t[1]))
+			w.i("VCVTDQ2PD %s, %s", X(x), t[0])
+			w.i("VCVTDQ2PD %s, %s", X(t[1]), t[1])
+			for _, r := range t[:2] {
+				if unsigned {
+					w.i("VADDPD %s, %s, %s", bias, r, r)
+				}
+				w.i("VDIVPD %s, %s, %s", k, r, r)
+			}
+			w.i("VCVTTPD2DQY %s, %s", t[0], X(x))
+			w.i("VCVTTPD2DQY %s, %s", t[1], X(t[1]))
+			w.i("VINSERTI128 $1, %s, %s, %s", X(t[1]), x, x)
+		}
+	}
+}
+
+// divide: s/k (Finalize for Avg), floats.
 func divide(e elem) func(c *consts) (op, func(w *asm, x, y string, t []string)) {
 	return func(c *consts) (op, func(w *asm, x, y string, t []string)) {
 		k := c.scalar(e.bcast)
@@ -456,8 +487,11 @@ func main() {
 		en.min = add(kernel{name: nm("Min"), layout: d.layout, build: binary(e.min)})
 		en.premul = add(kernel{name: nm("PreMulSum"), layout: d.layout, build: preMulSum(e)})
 		en.scale = add(kernel{name: nm("Scale"), unary: true, layout: d.layout, build: scale(e)})
-		if e.float != "" {
+		switch {
+		case e.float != "":
 			en.div = add(kernel{name: nm("Div"), unary: true, layout: d.layout, build: divide(e)})
+		case e.name == "Int32" || e.name == "Uint32":
+			en.div = add(kernel{name: nm("Div"), unary: true, layout: d.layout, build: divideInt32(e.name == "Uint32")})
 		}
 		entries = append(entries, en)
 	}
