@@ -192,6 +192,9 @@ const (
 type kernel struct {
 	name   string
 	stream bool // non-temporal stores (dst 32-byte aligned): the "NT" twin
+	// exact: the result is always one of the inputs (max, min), so bf16
+	// needs no rounding, only NaN quieting.
+	exact bool
 	unary  bool // d = f(s): Prepare's scale, Finalize's divide
 	layout layout
 	// body emits the computation on the loaded registers; it returns the op
@@ -304,6 +307,12 @@ func gen(w *asm, k kernel) {
 				body(w, xo, yo, t)
 				// F32ToBF16: (u + 0x7fff + bit16) >> 16, NaN as (u >> 16) | 0x40.
 				for _, u := range []string{xr, xo} {
+					if k.exact { // low halves are zero: only NaNs change
+						w.i("VCMPPS $3, %s, %s, %s", u, u, t[1])
+						w.i("VPAND %s, %s, %s", quiet, t[1], t[1])
+						w.i("VPOR %s, %s, %s", t[1], u, u)
+						continue
+					}
 					w.i("VPSRLD $16, %s, %s", u, t[0])
 					w.i("VPAND %s, %s, %s", one, t[0], t[0])
 					w.i("VPADDD %s, %s, %s", r7fff, t[0], t[0])
@@ -483,8 +492,8 @@ func main() {
 		nm := func(op string) string { return "avx2" + op + e.name }
 		en.sum = add(kernel{name: nm("Sum"), layout: d.layout, build: binary(func(*consts) op { return simple(addOp) })})
 		en.prod = add(kernel{name: nm("Prod"), layout: d.layout, build: binary(e.mul)})
-		en.max = add(kernel{name: nm("Max"), layout: d.layout, build: binary(e.max)})
-		en.min = add(kernel{name: nm("Min"), layout: d.layout, build: binary(e.min)})
+		en.max = add(kernel{name: nm("Max"), layout: d.layout, exact: true, build: binary(e.max)})
+		en.min = add(kernel{name: nm("Min"), layout: d.layout, exact: true, build: binary(e.min)})
 		en.premul = add(kernel{name: nm("PreMulSum"), layout: d.layout, build: preMulSum(e)})
 		en.scale = add(kernel{name: nm("Scale"), unary: true, layout: d.layout, build: scale(e)})
 		switch {
