@@ -7,8 +7,9 @@ Both sides compute dst = a op b over three separate buffers (numpy:
 ``np.add(a, b, out=d)`` and friends; gocl: ``Reducer.Accumulate`` through the
 Go benchmark ``BenchmarkKernel`` in kernels/bench_test.go, built once into
 build/kernels.test). The script pins itself, and so the Go benchmark it
-starts, to one core, then alternates: all gocl cases, all numpy cases, and
-again, --rounds times; each table cell is the median over the rounds.
+starts, to one core, then alternates gocl and numpy batch by batch (one
+float32 size, or one dtype of the matrix), --rounds times; each cell is the
+median over the rounds, gocl/numpy the median of the per-round ratios.
 GB/s counts the bytes of one buffer; Gelem/s is elements per second.
 
 Tables: float32 sum from 4 KiB to 64 MiB; then every dtype x op at 64 KiB
@@ -107,16 +108,20 @@ def main():
 
     f32 = [("float32", "sum", s) for s in SIZES]
     matrix = [] if args.quick else [(d, o, s) for d in DTYPES for o in OPS for s in MATRIX_SIZES]
-    go_regex = [r"^BenchmarkKernel$/^float32$/^sum$/"]
-    if matrix:
-        go_regex.append(r"^BenchmarkKernel$/./[a-z]/^(%s)$" % "|".join(str(s) for s in MATRIX_SIZES))
+    # Batches run back to back, gocl then numpy, so that the load of a
+    # shared machine hits both alike: one per float32 size, one per dtype.
+    batches = [(rf"^BenchmarkKernel$/^float32$/^sum$/^{s}$", [c]) for s, c in zip(SIZES, f32)]
+    sizes = "|".join(str(s) for s in MATRIX_SIZES)
+    batches += [(rf"^BenchmarkKernel$/^{d}$/[a-z]/^({sizes})$", [c for c in matrix if c[0] == d])
+                for d in DTYPES if matrix]
     gos, nps = [], []
     for r in range(args.rounds):
-        g = {}
-        for rx in go_regex:
+        g, n = {}, {}
+        for rx, cases in batches:
             g.update(run_go(rx, "40ms"))
+            n.update(run_np(cases, 0.04))
         gos.append(g)
-        nps.append(run_np(f32 + matrix, 0.04))
+        nps.append(n)
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
 
     def med(runs, key):
@@ -132,7 +137,8 @@ def main():
     print("| size | gocl GB/s | numpy GB/s | gocl/numpy |\n|---|---|---|---|")
     for key in f32:
         g, n = med(gos, key), med(nps, key)
-        print(f"| {size_name(key[2])} | {key[2] / g / 1e9:.1f} | {key[2] / n / 1e9:.1f} | {n / g:.2f} |")
+        ratio = statistics.median(b[key] / a[key] for a, b in zip(gos, nps))  # per round: paired in time
+        print(f"| {size_name(key[2])} | {key[2] / g / 1e9:.1f} | {key[2] / n / 1e9:.1f} | {ratio:.2f} |")
     for size in MATRIX_SIZES if matrix else []:
         print(f"\nEvery dtype x op at {size_name(size)}: gocl / numpy, Gelem/s (avg runs as sum):\n")
         print("| dtype | " + " | ".join(OPS) + " |\n|---|" + "---|" * len(OPS))

@@ -68,7 +68,7 @@ func BenchmarkKernel(b *testing.B) {
 						b.Fatal(err)
 					}
 					n := size / ty.Size()
-					dst, x, y := make([]byte, size), make([]byte, size), make([]byte, size)
+					dst, x, y := benchBuffer(size), benchBuffer(size), benchBuffer(size)
 					rng := rand.New(rand.NewPCG(2, 2))
 					for i := range n {
 						v := rng.NormFloat64()
