@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """gocl's reduction kernels against numpy, side by side on one core.
 
-Usage: .venv/bin/python bench/kernels.py [--rounds N] [--core C] [--quick]
+Usage: .venv/bin/python bench/kernels.py [--rounds N] [--core C] [--matrix]
 
 Both sides compute dst = a op b over three separate buffers (numpy:
 ``np.add(a, b, out=d)`` and friends; gocl: ``Reducer.Accumulate`` through the
@@ -12,10 +12,10 @@ float32 size, or one dtype of the matrix), --rounds times; each cell is the
 median over the rounds, gocl/numpy the median of the per-round ratios.
 GB/s counts the bytes of one buffer; Gelem/s is elements per second.
 
-Tables: float32 sum from 4 KiB to 64 MiB; then every dtype x op at 64 KiB
-(in cache: compute bound) and 1 MiB. numpy has no bfloat16 (unless
-ml_dtypes is installed) and no one-pass premulsum, shown as "-".
-Keep runs short on a shared machine; --quick runs only the float32 table.
+Tables: float32 sum from 4 KiB to 64 MiB (about 5 s a round); with
+--matrix also every dtype x op at 64 KiB (in cache: compute bound) and
+1 MiB (about 30 s a round on an idle machine). numpy has no bfloat16
+(unless ml_dtypes is installed) and no one-pass premulsum, shown as "-".
 """
 
 import argparse
@@ -58,12 +58,14 @@ def build():
 
 
 def run_go(regex, benchtime):
-    """Seconds per call for every Kernel/<dtype>/<op>/<bytes> case matched."""
+    """Seconds per call for every Kernel/<dtype>/<op>/<bytes> case matched
+    (Portable/... cases are keyed with a "portable:" dtype prefix)."""
     out = subprocess.run([BIN, "-test.run=^$", f"-test.bench={regex}", f"-test.benchtime={benchtime}"],
                          cwd=os.path.join(ROOT, "kernels"), capture_output=True, text=True, check=True).stdout
     res = {}
-    for m in re.finditer(r"^BenchmarkKernel/(\w+)/(\w+)/(\d+)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op", out, re.M):
-        res[(m[1], m[2], int(m[3]))] = float(m[4]) * 1e-9
+    for m in re.finditer(r"^Benchmark(Kernel|Portable)/(\w+)/(\w+)/(\d+)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op", out, re.M):
+        dt = m[2] if m[1] == "Kernel" else "portable:" + m[2]
+        res[(dt, m[3], int(m[4]))] = float(m[5]) * 1e-9
     return res
 
 
@@ -101,25 +103,25 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--core", type=int, default=1)
-    ap.add_argument("--quick", action="store_true", help="float32 sum only")
+    ap.add_argument("--matrix", action="store_true", help="also every dtype x op at 64 KiB and 1 MiB")
     args = ap.parse_args()
     os.sched_setaffinity(0, {args.core})
     build()
 
     f32 = [("float32", "sum", s) for s in SIZES]
-    matrix = [] if args.quick else [(d, o, s) for d in DTYPES for o in OPS for s in MATRIX_SIZES]
+    matrix = [] if not args.matrix else [(d, o, s) for d in DTYPES for o in OPS for s in MATRIX_SIZES]
     # Batches run back to back, gocl then numpy, so that the load of a
     # shared machine hits both alike: one per float32 size, one per dtype.
-    batches = [(rf"^BenchmarkKernel$/^float32$/^sum$/^{s}$", [c]) for s, c in zip(SIZES, f32)]
+    batches = [(rf"^BenchmarkKernel$/^float32$/^sum$/^{s}$", [c], 0.04) for s, c in zip(SIZES, f32)]
     sizes = "|".join(str(s) for s in MATRIX_SIZES)
-    batches += [(rf"^BenchmarkKernel$/^{d}$/[a-z]/^({sizes})$", [c for c in matrix if c[0] == d])
+    batches += [(rf"^Benchmark(Kernel|Portable)$/^{d}$/[a-z]/^({sizes})$", [c for c in matrix if c[0] == d], 0.02)
                 for d in DTYPES if matrix]
     gos, nps = [], []
     for r in range(args.rounds):
         g, n = {}, {}
-        for rx, cases in batches:
-            g.update(run_go(rx, "40ms"))
-            n.update(run_np(cases, 0.04))
+        for rx, cases, secs in batches:
+            g.update(run_go(rx, f"{secs}s"))
+            n.update(run_np(cases, secs))
         gos.append(g)
         nps.append(n)
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
@@ -140,16 +142,16 @@ def main():
         ratio = statistics.median(b[key] / a[key] for a, b in zip(gos, nps))  # per round: paired in time
         print(f"| {size_name(key[2])} | {key[2] / g / 1e9:.1f} | {key[2] / n / 1e9:.1f} | {ratio:.2f} |")
     for size in MATRIX_SIZES if matrix else []:
-        print(f"\nEvery dtype x op at {size_name(size)}: gocl / numpy, Gelem/s (avg runs as sum):\n")
+        print(f"\nEvery dtype x op at {size_name(size)}, Gelem/s: gocl / gocl's portable loops / numpy"
+              " (avg runs as sum):\n")
         print("| dtype | " + " | ".join(OPS) + " |\n|---|" + "---|" * len(OPS))
         for d in DTYPES:
             cells = []
             for o in OPS:
                 key = (d, o, size)
-                g, n = med(gos, key), med(nps, key)
+                g, p, n = med(gos, key), med(gos, ("portable:" + d, o, size)), med(nps, key)
                 el = size / ITEMSIZE[d]
-                cell = f"{el / g / 1e9:.2f}" if g else "-"
-                cell += f" / {el / n / 1e9:.2f}" if n else " / -"
+                cell = " / ".join(f"{el / v / 1e9:.2f}" if v else "-" for v in (g, p, n))
                 cells.append(cell)
             print(f"| {d} | " + " | ".join(cells) + " |")
 

@@ -54,7 +54,13 @@ func BenchmarkPreMulSumFloat16(b *testing.B) {
 // counts the bytes of one buffer, as the numpy side does. Run it through
 // the script (it selects sizes and alternates with numpy on one core).
 func BenchmarkKernel(b *testing.B) {
-	sizes := []int{4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20}
+	benchKernels(b, []int{4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20}, simdKernels())
+}
+
+// BenchmarkPortable is BenchmarkKernel on the portable loops alone.
+func BenchmarkPortable(b *testing.B) { benchKernels(b, []int{64 << 10, 1 << 20}, nil) }
+
+func benchKernels(b *testing.B, sizes []int, vec *[NumTypes]simdSet) {
 	for _, ty := range allTypes {
 		for _, op := range []RedOp{Sum, Prod, Max, Min, PreMulSum} {
 			for _, size := range sizes {
@@ -63,7 +69,7 @@ func BenchmarkKernel(b *testing.B) {
 					if op == PreMulSum {
 						k = scalars(ty)[1] // 0.5 or 3: no overflow to special values
 					}
-					r, err := NewReducer(ty, op, 4, k)
+					r, err := newReducer(ty, op, 4, k, vec)
 					if err != nil {
 						b.Fatal(err)
 					}
