@@ -9,5 +9,6 @@
 // run the whole 32-byte blocks and the portable loops the tail; they give
 // bit-identical results, NaN signs and payloads included (where the
 // portable result does not depend on the compiler's operand order), which
-// simd_test.go checks on every dtype × op. ISA reports which is in use.
+// simd_test.go checks on every dtype × op. ISA reports which is in use;
+// race-detector builds use the portable loops, whose accesses it can see.
 package kernels

@@ -48,6 +48,17 @@ func ISA() string {
 	return "portable"
 }
 
+// simdKernels is the table NewReducer uses: the CPU's kernels, except
+// under the race detector, which cannot see memory that assembly touches;
+// there the portable loops keep every buffer access checked (a lent
+// shared-memory slot written while a peer reads it must still be caught).
+func simdKernels() *[NumTypes]simdSet {
+	if raceEnabled {
+		return nil
+	}
+	return cpuKernels()
+}
+
 // vec3 runs kern over whole blocks and tail over the rest; from
 // streamBytes on, nt with dst aligned by running tail over the head first
 // (dst must hold whole elements of size at aligned addresses for that).

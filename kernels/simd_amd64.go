@@ -23,8 +23,8 @@ var hasAVX2 = func() bool {
 	return ebx7&(1<<5) != 0
 }()
 
-// simdKernels returns the kernel table for this CPU, or nil.
-func simdKernels() *[NumTypes]simdSet {
+// cpuKernels returns the kernel table this CPU can run, or nil.
+func cpuKernels() *[NumTypes]simdSet {
 	if hasAVX2 {
 		return &avx2Kernels
 	}

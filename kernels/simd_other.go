@@ -4,5 +4,5 @@ package kernels
 
 const simdName = "portable"
 
-// simdKernels: no vector kernels on this architecture yet.
-func simdKernels() *[NumTypes]simdSet { return nil }
+// cpuKernels: no vector kernels on this architecture yet.
+func cpuKernels() *[NumTypes]simdSet { return nil }

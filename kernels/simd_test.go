@@ -20,7 +20,7 @@ import (
 // fp16 and bf16 loops today). Those results need only be NaNs.
 
 func TestSIMDMatchesPortable(t *testing.T) {
-	vec := simdKernels()
+	vec := cpuKernels() // under -race too
 	if vec == nil {
 		t.Skipf("no vector kernels on this CPU (%s)", ISA())
 	}
