@@ -194,7 +194,7 @@ type kernel struct {
 	stream bool // non-temporal stores (dst 32-byte aligned): the "NT" twin
 	// exact: the result is always one of the inputs (max, min), so bf16
 	// needs no rounding, only NaN quieting.
-	exact bool
+	exact  bool
 	unary  bool // d = f(s): Prepare's scale, Finalize's divide
 	layout layout
 	// body emits the computation on the loaded registers; it returns the op
