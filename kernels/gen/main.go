@@ -150,14 +150,13 @@ func maxMinQuads(isMax, unsigned bool, c *consts) op {
 // ---- dtypes ------------------------------------------------------------
 
 type elem struct {
-	name   string // Go DataType constant
-	bcast  string // broadcast of one element (the PreMulSum scalar)
-	add    string
-	mul    func(c *consts) op
-	max    func(c *consts) op
-	min    func(c *consts) op
-	float  string // "PS"/"PD" for floats
-	signed bool
+	name  string // Go DataType constant
+	bcast string // broadcast of one element (the PreMulSum scalar)
+	add   string
+	mul   func(c *consts) op
+	max   func(c *consts) op
+	min   func(c *consts) op
+	float string // "PS"/"PD" for floats
 }
 
 func ints() []elem {
