@@ -36,6 +36,9 @@ func avx2PreMulSumInt8NT(d, a, b *byte, n int, k *byte)
 func avx2ScaleInt8(d, s *byte, n int, k *byte)
 
 //go:noescape
+func avx2DivInt8(d, s *byte, n int, k *byte)
+
+//go:noescape
 func avx2SumUint8(d, a, b *byte, n int, k *byte)
 
 //go:noescape
@@ -67,6 +70,9 @@ func avx2PreMulSumUint8NT(d, a, b *byte, n int, k *byte)
 
 //go:noescape
 func avx2ScaleUint8(d, s *byte, n int, k *byte)
+
+//go:noescape
+func avx2DivUint8(d, s *byte, n int, k *byte)
 
 //go:noescape
 func avx2SumInt32(d, a, b *byte, n int, k *byte)
@@ -352,9 +358,9 @@ func avx2DivBfloat16(d, s *byte, n int, k *byte)
 
 // avx2Kernels lists the kernels per dtype; nil where there is none.
 var avx2Kernels = [NumTypes]simdSet{
-	Int8: {accum: [NumOps]binaryKernel{Sum: avx2SumInt8, Prod: avx2ProdInt8, Max: avx2MaxInt8, Min: avx2MinInt8, Avg: avx2SumInt8}, preMulSum: avx2PreMulSumInt8, scale: avx2ScaleInt8, div: nil,
+	Int8: {accum: [NumOps]binaryKernel{Sum: avx2SumInt8, Prod: avx2ProdInt8, Max: avx2MaxInt8, Min: avx2MinInt8, Avg: avx2SumInt8}, preMulSum: avx2PreMulSumInt8, scale: avx2ScaleInt8, div: avx2DivInt8,
 		accumNT: [NumOps]binaryKernel{Sum: avx2SumInt8NT, Prod: avx2ProdInt8NT, Max: avx2MaxInt8NT, Min: avx2MinInt8NT, Avg: avx2SumInt8NT}, preMulSumNT: avx2PreMulSumInt8NT},
-	Uint8: {accum: [NumOps]binaryKernel{Sum: avx2SumUint8, Prod: avx2ProdUint8, Max: avx2MaxUint8, Min: avx2MinUint8, Avg: avx2SumUint8}, preMulSum: avx2PreMulSumUint8, scale: avx2ScaleUint8, div: nil,
+	Uint8: {accum: [NumOps]binaryKernel{Sum: avx2SumUint8, Prod: avx2ProdUint8, Max: avx2MaxUint8, Min: avx2MinUint8, Avg: avx2SumUint8}, preMulSum: avx2PreMulSumUint8, scale: avx2ScaleUint8, div: avx2DivUint8,
 		accumNT: [NumOps]binaryKernel{Sum: avx2SumUint8NT, Prod: avx2ProdUint8NT, Max: avx2MaxUint8NT, Min: avx2MinUint8NT, Avg: avx2SumUint8NT}, preMulSumNT: avx2PreMulSumUint8NT},
 	Int32: {accum: [NumOps]binaryKernel{Sum: avx2SumInt32, Prod: avx2ProdInt32, Max: avx2MaxInt32, Min: avx2MinInt32, Avg: avx2SumInt32}, preMulSum: avx2PreMulSumInt32, scale: avx2ScaleInt32, div: avx2DivInt32,
 		accumNT: [NumOps]binaryKernel{Sum: avx2SumInt32NT, Prod: avx2ProdInt32NT, Max: avx2MaxInt32NT, Min: avx2MinInt32NT, Avg: avx2SumInt32NT}, preMulSumNT: avx2PreMulSumInt32NT},

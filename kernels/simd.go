@@ -29,7 +29,7 @@ type (
 // simdSet holds one dtype's kernels; a nil entry keeps the portable loop.
 // accum is indexed by RedOp (Avg accumulates as Sum); preMulSum and scale
 // take the PreMulSum scalar (float32 for fp16/bf16), div the Avg divisor
-// (float32 for float32, fp16 and bf16, float64 otherwise). The NT twins use streaming
+// (float64 for float64 and the 32-bit integers, float32 otherwise). The NT twins use streaming
 // stores and need a 32-byte aligned dst.
 type simdSet struct {
 	accum       [NumOps]binaryKernel
@@ -132,9 +132,10 @@ func (r *Reducer) vectorize(s *simdSet, nranks int, scalar []byte) {
 	}
 	if r.finalize != nil && s.div != nil {
 		k := new(uint64)
-		if r.t == Float64 || !r.t.IsFloat() {
+		switch r.t {
+		case Float64, Int32, Uint32:
 			*k = math.Float64bits(float64(nranks))
-		} else {
+		default:
 			*k = uint64(math.Float32bits(float32(nranks)))
 		}
 		r.finalize = vec1(s.div, (*byte)(unsafe.Pointer(k)), r.finalize)

@@ -425,6 +425,41 @@ func divideInt32(unsigned bool) func(c *consts) (op, func(w *asm, x, y string, t
 	}
 }
 
+// divideInt8: s/k for bytes through float32 (k is float32): exact, as
+// |s| < 2^8 leaves the float32 quotient's error under 1/k. The 32 bytes are
+// widened in four quarters of eight and packed back; the packs work per
+// 128-bit lane, so a final dword permutation restores the order.
+func divideInt8(unsigned bool) func(c *consts) (op, func(w *asm, x, y string, t []string)) {
+	return func(c *consts) (op, func(w *asm, x, y string, t []string)) {
+		k := c.scalar("VBROADCASTSS")
+		order := c.get("dword order 0,4,1,5,2,6,3,7",
+			"MOVQ $0x0703060205010400, AX", "MOVQ AX, X0", "VPMOVZXBD X0, $R")
+		widen := "VPMOVSXBD"
+		if unsigned {
+			widen = "VPMOVZXBD"
+		}
+		return op{temps: 4}, func(w *asm, x, y string, t []string) {
+			w.i("VEXTRACTI128 $1, %s, %s", x, X(t[2]))
+			w.i("VPSRLDQ $8, %s, %s", X(x), X(t[1]))
+			w.i("VPSRLDQ $8, %s, %s", X(t[2]), X(t[3]))
+			w.i("%s %s, %s", widen, X(x), t[0])
+			for _, r := range t[1:4] {
+				w.i("%s %s, %s", widen, X(r), r)
+			}
+			for _, r := range t[:4] {
+				w.i("VCVTDQ2PS %s, %s", r, r)
+				w.i("VDIVPS %s, %s, %s", k, r, r)
+				w.i("VCVTTPS2DQ %s, %s", r, r)
+			}
+			// Quotients of bytes by k >= 2 fit in int8: no saturation.
+			w.i("VPACKSSDW %s, %s, %s", t[1], t[0], t[0])
+			w.i("VPACKSSDW %s, %s, %s", t[3], t[2], t[2])
+			w.i("VPACKSSWB %s, %s, %s", t[2], t[0], t[0])
+			w.i("VPERMD %s, %s, %s", t[0], order, x)
+		}
+	}
+}
+
 // divide: s/k (Finalize for Avg), floats.
 func divide(e elem) func(c *consts) (op, func(w *asm, x, y string, t []string)) {
 	return func(c *consts) (op, func(w *asm, x, y string, t []string)) {
@@ -498,6 +533,8 @@ func main() {
 		switch {
 		case e.float != "":
 			en.div = add(kernel{name: nm("Div"), unary: true, layout: d.layout, build: divide(e)})
+		case e.name == "Int8" || e.name == "Uint8":
+			en.div = add(kernel{name: nm("Div"), unary: true, layout: d.layout, build: divideInt8(e.name == "Uint8")})
 		case e.name == "Int32" || e.name == "Uint32":
 			en.div = add(kernel{name: nm("Div"), unary: true, layout: d.layout, build: divideInt32(e.name == "Uint32")})
 		}
