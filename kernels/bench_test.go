@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 )
@@ -45,4 +46,70 @@ func BenchmarkPreMulSumFloat32(b *testing.B) {
 }
 func BenchmarkPreMulSumFloat16(b *testing.B) {
 	benchAccumulate(b, Float16, PreMulSum, encodeRaw(Float16, floatEncode(Float16, 0.25)))
+}
+
+// BenchmarkKernel is the Go half of bench/kernels.py, named
+// Kernel/<dtype>/<op>/<bytes>: dst = a op b over three separate buffers of
+// that many bytes each, the shape of numpy's np.add(a, b, out=d). MB/s
+// counts the bytes of one buffer, as the numpy side does. Run it through
+// the script (it selects sizes and alternates with numpy on one core).
+func BenchmarkKernel(b *testing.B) {
+	benchKernels(b, []int{4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20}, simdKernels())
+}
+
+// BenchmarkPortable is BenchmarkKernel on the portable loops alone.
+func BenchmarkPortable(b *testing.B) { benchKernels(b, []int{64 << 10, 1 << 20}, nil) }
+
+func benchKernels(b *testing.B, sizes []int, vec *[NumTypes]simdSet) {
+	for _, ty := range allTypes {
+		for _, op := range []RedOp{Sum, Prod, Max, Min, PreMulSum} {
+			for _, size := range sizes {
+				b.Run(fmt.Sprintf("%v/%v/%d", ty, op, size), func(b *testing.B) {
+					var k []byte
+					if op == PreMulSum {
+						k = scalars(ty)[1] // 0.5 or 3: no overflow to special values
+					}
+					r, err := newReducer(ty, op, 4, k, vec)
+					if err != nil {
+						b.Fatal(err)
+					}
+					n := size / ty.Size()
+					dst, x, y := benchBuffer(size), benchBuffer(size), benchBuffer(size)
+					rng := rand.New(rand.NewPCG(2, 2))
+					for i := range n {
+						v := rng.NormFloat64()
+						if ty.IsFloat() {
+							putRaw(ty, x, i, floatEncode(ty, v))
+							putRaw(ty, y, i, floatEncode(ty, v*0.5))
+						} else {
+							putRaw(ty, x, i, uint64(int64(v*20)))
+							putRaw(ty, y, i, uint64(int64(v*10)))
+						}
+					}
+					copy(dst, x) // fault its pages in before timing, as numpy's warm-up call does
+					b.SetBytes(int64(size))
+					for b.Loop() {
+						r.Accumulate(dst, x, y)
+					}
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkFinalize measures Avg's division pass over 1 MiB.
+func BenchmarkFinalize(b *testing.B) {
+	for _, ty := range allTypes {
+		b.Run(ty.String(), func(b *testing.B) {
+			r, err := NewReducer(ty, Avg, 3, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			buf := make([]byte, 1<<20)
+			b.SetBytes(int64(len(buf)))
+			for b.Loop() {
+				r.Finalize(buf)
+			}
+		})
+	}
 }

@@ -24,7 +24,16 @@ type Reducer struct {
 // divisor used by Avg. scalar is PreMulSum's multiplier encoded as one
 // element of t (t.Size() bytes, little endian); it must be empty for the
 // other ops.
+//
+// The loops are the CPU's vector kernels where it has them (see ISA), the
+// portable Go loops otherwise; both give bit-identical results.
 func NewReducer(t DataType, op RedOp, nranks int, scalar []byte) (*Reducer, error) {
+	return newReducer(t, op, nranks, scalar, simdKernels())
+}
+
+// newReducer builds a reducer on the kernels in vec, or on the portable
+// loops alone when vec is nil (tests compare the two).
+func newReducer(t DataType, op RedOp, nranks int, scalar []byte, vec *[NumTypes]simdSet) (*Reducer, error) {
 	if !t.Valid() {
 		return nil, fmt.Errorf("unknown datatype %d", int32(t))
 	}
@@ -80,6 +89,9 @@ func NewReducer(t DataType, op RedOp, nranks int, scalar []byte) (*Reducer, erro
 	// Dividing by one is the identity, so skip the pass entirely.
 	if op == Avg && nranks > 1 {
 		r.finalize = div
+	}
+	if vec != nil {
+		r.vectorize(&vec[t], nranks, scalar)
 	}
 	return r, nil
 }

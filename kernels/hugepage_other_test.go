@@ -1,0 +1,5 @@
+//go:build !linux
+
+package kernels
+
+func benchBuffer(size int) []byte { return make([]byte, size) }
