@@ -2,6 +2,7 @@ package jax_ffi
 
 import (
 	"encoding/binary"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -339,7 +340,7 @@ func (l *lane) step() (err error) {
 		binary.LittleEndian.PutUint64(b[8:], t.n)
 		p := unsafe.Pointer(&b[0])
 		if err := l.c.Run(nil, comm.Op{Coll: wire.Broadcast, Send: p, Recv: p, Count: len(b), Type: kernels.Uint8}); err != nil {
-			return err
+			return firstCause(l.c, err)
 		}
 		t = tag{int64(binary.LittleEndian.Uint64(b[:])), binary.LittleEndian.Uint64(b[8:])}
 	}
@@ -348,9 +349,21 @@ func (l *lane) step() (err error) {
 		l.c.Abort() // peers are inside this call: make them fail instead of wait
 		return err
 	}
-	res := c.r.run(l.c)
+	res := firstCause(l.c, c.r.run(l.c))
 	go c.done(res)
 	return nil
+}
+
+// firstCause adds the error that broke the communicator when err is only a
+// consequence of it (the link to a peer that was closed because of it).
+func firstCause(c *comm.Comm, err error) error {
+	if err == nil {
+		return nil
+	}
+	if first := c.AsyncError(); first != nil && !strings.Contains(err.Error(), first.Error()) {
+		return status.Errorf(status.CodeOf(first), "%v; the first failure on this rank: %v", err, first)
+	}
+	return err
 }
 
 // take removes the call named t, waiting up to GOCL_TIMEOUT for it: rank 0
