@@ -26,11 +26,14 @@ import (
 
 // goclJaxWorldInit makes this process's ranks of a world: ndev ranks
 // proc*ndev .. proc*ndev+ndev-1 of nprocs*ndev, joined through the 128-byte
-// unique id uid (NULL with nprocs 1: an in-process world). *out gets the
-// world's handle for the handlers' comm attribute.
+// unique id uid (NULL with nprocs 1: an in-process world). devices (NULL,
+// or ndev ids) are the device ordinals XLA reports for local rank 0, 1, ...
+// (XLA:CPU under jax.distributed numbers devices across processes); without
+// them ordinal i is local rank i. *out gets the world's handle for the
+// handlers' comm attribute.
 //
 //export goclJaxWorldInit
-func goclJaxWorldInit(uid *C.char, nprocs, proc, ndev C.int, out *C.int64_t, msg *C.char, msglen C.size_t) (rc C.int) {
+func goclJaxWorldInit(uid *C.char, nprocs, proc, ndev C.int, devices *C.int64_t, out *C.int64_t, msg *C.char, msglen C.size_t) (rc C.int) {
 	var err error
 	defer func() {
 		if r := recover(); r != nil {
@@ -43,7 +46,11 @@ func goclJaxWorldInit(uid *C.char, nprocs, proc, ndev C.int, out *C.int64_t, msg
 		id = new(bootstrap.ID)
 		copy(id[:], unsafe.Slice((*byte)(unsafe.Pointer(uid)), bootstrap.IDBytes))
 	}
-	h, err := newWorld(id, int(nprocs), int(proc), int(ndev))
+	var devs []int64
+	if devices != nil && ndev > 0 {
+		devs = append(devs, unsafe.Slice((*int64)(unsafe.Pointer(devices)), int(ndev))...)
+	}
+	h, err := newWorld(id, int(nprocs), int(proc), int(ndev), devs)
 	if err == nil {
 		*out = C.int64_t(h)
 	}

@@ -18,7 +18,21 @@ import (
 // A world is this process's ranks of one communicator: one lane per local
 // device (ranks proc*ndev+i), each driven by its own goroutine.
 type world struct {
-	lanes []*lane
+	lanes   []*lane
+	devices []int64 // XLA's device ordinal of each lane; nil: the lane index
+}
+
+// lane returns the lane of the device XLA runs a call on.
+func (w *world) lane(ordinal int) *lane {
+	for i, d := range w.devices {
+		if d == int64(ordinal) {
+			return w.lanes[i]
+		}
+	}
+	if w.devices == nil && ordinal >= 0 && ordinal < len(w.lanes) {
+		return w.lanes[ordinal]
+	}
+	return nil
 }
 
 var (
@@ -27,7 +41,7 @@ var (
 	nextWorld int64
 )
 
-func newWorld(id *bootstrap.ID, nprocs, proc, ndev int) (int64, error) {
+func newWorld(id *bootstrap.ID, nprocs, proc, ndev int, devices []int64) (int64, error) {
 	if ndev < 1 || nprocs < 1 || proc < 0 || proc >= nprocs {
 		return 0, badArg("gocl.jax.init: need local_devices >= 1 and 0 <= rank < world_size, got local_devices=%d, rank=%d, world_size=%d", ndev, proc, nprocs)
 	}
@@ -55,7 +69,7 @@ func newWorld(id *bootstrap.ID, nprocs, proc, ndev int) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	w := &world{lanes: make([]*lane, ndev)}
+	w := &world{lanes: make([]*lane, ndev), devices: devices}
 	for i, c := range comms {
 		w.lanes[i] = newLane(c)
 	}
@@ -64,6 +78,17 @@ func newWorld(id *bootstrap.ID, nprocs, proc, ndev int) (int64, error) {
 	nextWorld++
 	worlds[nextWorld] = w
 	return nextWorld, nil
+}
+
+func (w *world) deviceList() []int64 {
+	if w.devices != nil {
+		return w.devices
+	}
+	l := make([]int64, len(w.lanes))
+	for i := range l {
+		l[i] = int64(i)
+	}
+	return l
 }
 
 func takeWorld(h int64) *world {
@@ -88,10 +113,10 @@ func submit(h int64, ordinal int, site int64, r request, done func(error)) error
 	if w == nil {
 		return status.Errorf(status.InvalidUsage, "gocl.jax %s: world %d does not exist (it was shut down, or never made: call gocl.jax.init first)", kindName(r.kind), h)
 	}
-	if ordinal < 0 || ordinal >= len(w.lanes) {
-		return status.Errorf(status.InvalidUsage, "gocl.jax %s: the call runs on device %d but gocl.jax.init made %d local ranks (pass local_devices=%d)", kindName(r.kind), ordinal, len(w.lanes), ordinal+1)
+	l := w.lane(ordinal)
+	if l == nil {
+		return status.Errorf(status.InvalidUsage, "gocl.jax %s: the call runs on device %d, which is not one of the %d local devices gocl.jax.init made ranks for (devices %v): pass local_devices covering it", kindName(r.kind), ordinal, len(w.lanes), w.deviceList())
 	}
-	l := w.lanes[ordinal]
 	if err := r.check(l.c); err != nil {
 		return err
 	}

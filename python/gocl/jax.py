@@ -105,13 +105,17 @@ def init(unique_id: bytes | None = None, rank: int | None = None, world_size: in
         lib = _lib.lib()
         fn = lib.goclJaxWorldInit
         fn.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
-                       ctypes.c_char_p, ctypes.c_size_t]
+                       ctypes.POINTER(ctypes.c_int64), ctypes.c_char_p, ctypes.c_size_t]
         fn.restype = ctypes.c_int
         out = ctypes.c_int64()
         msg = ctypes.create_string_buffer(2048)
         # uid may hold NUL bytes: pass a buffer, never a bytes object ctypes would cut.
         ubuf = None if uid is None else ctypes.create_string_buffer(uid, len(uid))
-        rc = fn(ubuf, int(world_size), int(rank), ndev, ctypes.byref(out), msg, len(msg))
+        # The ordinal XLA reports for each local device (its id; under
+        # jax.distributed XLA:CPU numbers devices across processes).
+        local = jax.local_devices()
+        ids = (ctypes.c_int64 * ndev)(*[d.id for d in local[:ndev]]) if ndev <= len(local) else None
+        rc = fn(ubuf, int(world_size), int(rank), ndev, ids, ctypes.byref(out), msg, len(msg))
         if rc != 0:
             raise error_for(rc, msg.value.decode("utf-8", "replace"))
         for platform in {d.platform for d in jax.local_devices()} & {"cpu"}:

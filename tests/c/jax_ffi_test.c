@@ -13,7 +13,8 @@
 
 #include "../../jax_ffi/xla_ffi.h"
 
-int goclJaxWorldInit(char *uid, int nprocs, int proc, int ndev, int64_t *out, char *msg, size_t msglen);
+int goclJaxWorldInit(char *uid, int nprocs, int proc, int ndev, const int64_t *devices, int64_t *out, char *msg,
+                     size_t msglen);
 void goclJaxWorldDestroy(int64_t h, int abort);
 
 static int failures;
@@ -234,7 +235,7 @@ static void test_decoding(int64_t world) {
     make(&fr, &api_full, 0, GX_F32, a, 4, b, 4, 987654, 0, 0, 1, NULL, 0);
     expect_error(call(goclJaxAllReduce, &fr), GX_FAILED_PRECONDITION, "world 987654 does not exist", "no world");
     make(&fr, &api_full, 7, GX_F32, a, 4, b, 4, world, 0, 0, 1, NULL, 0);
-    expect_error(call(goclJaxAllReduce, &fr), GX_FAILED_PRECONDITION, "runs on device 7", "bad ordinal");
+    expect_error(call(goclJaxAllReduce, &fr), GX_FAILED_PRECONDITION, "runs on device 7, which is not one of the 3", "bad ordinal");
     make(&fr, &api_full, 0, GX_F32, a, 4, b, 5, world, 0, 0, 1, NULL, 0);
     expect_error(call(goclJaxAllGather, &fr), GX_INVALID_ARGUMENT, "needs world size 3", "gather size");
     make(&fr, &api_full, 0, GX_F32, a, 4, b, 4, world, 9, 0, 1, NULL, 0);
@@ -371,7 +372,7 @@ int main(void) {
     test_handshake();
     char msg[1024] = "";
     int64_t world = 0;
-    int rc = goclJaxWorldInit(NULL, 1, 0, N, &world, msg, sizeof msg);
+    int rc = goclJaxWorldInit(NULL, 1, 0, N, NULL, &world, msg, sizeof msg);
     CHECK(rc == 0, "world init: %d %s", rc, msg);
     if (rc != 0) return 1;
     test_decoding(world);
@@ -379,8 +380,11 @@ int main(void) {
     run_ranks(world, conc_rank);
     goclJaxWorldDestroy(world, 0);
 
-    /* The blocking path (jaxlib 0.5's API struct: no futures, no ordinal) on a world of one. */
-    rc = goclJaxWorldInit(NULL, 1, 0, 1, &world, msg, sizeof msg);
+    /* The blocking path (jaxlib 0.5's API struct: no futures, no ordinal) on a
+     * world of one whose device XLA numbers 0, then ordinal 2048 (as XLA:CPU
+     * numbers process 1's device under jax.distributed). */
+    const int64_t devs[] = {0};
+    rc = goclJaxWorldInit(NULL, 1, 0, 1, devs, &world, msg, sizeof msg);
     CHECK(rc == 0, "world init: %d %s", rc, msg);
     float x[3] = {1, 2, 3}, y[3] = {0};
     frame fr;
@@ -388,10 +392,18 @@ int main(void) {
     gx_error *e = call(goclJaxAllReduce, &fr);
     CHECK(e == NULL && fr.f.future == NULL && y[2] == 3, "blocking all_reduce: %s", e ? e->msg : "");
     goclJaxWorldDestroy(world, 0);
+    const int64_t devs2[] = {2048};
+    rc = goclJaxWorldInit(NULL, 1, 0, 1, devs2, &world, msg, sizeof msg);
+    make(&fr, &api_full, 2048, GX_F32, x, 3, y, 3, world, 0, 0, 1, NULL, 0);
+    e = call(goclJaxAllReduce, &fr);
+    CHECK(rc == 0 && e == NULL && y[2] == 3, "ordinal 2048: %s", e ? e->msg : msg);
+    make(&fr, &api_full, 0, GX_F32, x, 3, y, 3, world, 0, 0, 1, NULL, 0);
+    expect_error(call(goclJaxAllReduce, &fr), GX_FAILED_PRECONDITION, "runs on device 0, which is not one of the 1 local devices", "unknown ordinal");
+    goclJaxWorldDestroy(world, 0);
     make(&fr, &api_small, 0, GX_F32, x, 3, y, 3, world, 0, 0, 1, NULL, 0);
     expect_error(call(goclJaxAllReduce, &fr), GX_FAILED_PRECONDITION, "does not exist", "destroyed world");
 
-    rc = goclJaxWorldInit(NULL, 2, 5, 1, &world, msg, sizeof msg);
+    rc = goclJaxWorldInit(NULL, 2, 5, 1, NULL, &world, msg, sizeof msg);
     CHECK(rc == 4 && strstr(msg, "world_size=2") != NULL, "bad init: %d %s", rc, msg);
     if (failures) {
         fprintf(stderr, "jax_ffi_test: %d failures\n", failures);
