@@ -1,8 +1,11 @@
 // XLA FFI entry points: the metadata handshake, then decoding of buffers and
 // attributes. All of this is plain C, so the handshake (ctx NULL) never needs
 // the Go runtime; a decoded call goes to Go (goclJaxSubmit) to be run.
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "xla_ffi.h"
@@ -168,7 +171,19 @@ static int32_t ordinal(const gx_frame *f) {
     return a.device_ordinal;
 }
 
-static gx_error *handle(gx_frame *f, int kind) {
+// A decoded call, ready for goclJaxSubmit.
+typedef struct {
+    void *in, *out;
+    int64_t nin, nout;   // elements of dtype
+    size_t bin, bout;    // bytes
+    int dtype;
+    attrs at;
+} decoded;
+
+static gx_error *run_cpu(gx_frame *f, int kind, decoded *d);
+static gx_error *run_cuda(gx_frame *f, int kind, decoded *d);
+
+static gx_error *handle(gx_frame *f, int kind, int cuda) {
     if (f == NULL || f->api == NULL) return NULL; // nothing to answer to
     const char *what = kind_name(kind);
     // Registration calls the handler once with a metadata extension and ctx
@@ -216,6 +231,13 @@ static gx_error *handle(gx_frame *f, int kind) {
                         "(logical and)", what, (long long)at.op);
         unit = 1;
     }
+    decoded d = {in->data, out->data, nin * unit, nout * unit, (size_t)(nin * size), (size_t)(nout * size), dtype, at};
+    return cuda ? run_cuda(f, kind, &d) : run_cpu(f, kind, &d);
+}
+
+// run_cpu queues the call and hands XLA a future (the blocking path where
+// the runtime predates futures).
+static gx_error *run_cpu(gx_frame *f, int kind, decoded *d) {
     char msg[1024] = "";
     gx_future *fut = NULL;
     const gx_api *api = f->api;
@@ -229,8 +251,8 @@ static gx_error *handle(gx_frame *f, int kind) {
             fut = a.future;
         }
     }
-    int code = goclJaxSubmit(at.comm, ordinal(f), kind, in->data, out->data, nin * unit, nout * unit, dtype,
-                             at.op, at.root, at.site, (int64_t *)at.perm, at.nperm, (void *)api, fut, msg,
+    int code = goclJaxSubmit(d->at.comm, ordinal(f), kind, d->in, d->out, d->nin, d->nout, d->dtype, d->at.op,
+                             d->at.root, d->at.site, (int64_t *)d->at.perm, d->at.nperm, (void *)api, fut, msg,
                              sizeof msg);
     if (code != 0) {
         if (fut != NULL) gocl_jax_finish(api, fut, msg, code); // XLA still owns it: settle it
@@ -240,9 +262,87 @@ static gx_error *handle(gx_frame *f, int kind) {
     return NULL;
 }
 
-gx_error *goclJaxAllReduce(gx_frame *f) { return handle(f, K_ALLREDUCE); }
-gx_error *goclJaxAllGather(gx_frame *f) { return handle(f, K_ALLGATHER); }
-gx_error *goclJaxReduceScatter(gx_frame *f) { return handle(f, K_REDUCESCATTER); }
-gx_error *goclJaxBroadcast(gx_frame *f) { return handle(f, K_BROADCAST); }
-gx_error *goclJaxAllToAll(gx_frame *f) { return handle(f, K_ALLTOALL); }
-gx_error *goclJaxPermute(gx_frame *f) { return handle(f, K_PERMUTE); }
+// ---- CUDA: stage through host memory on the call's stream ----
+// libcudart is opened on the first CUDA call (never at load or registration,
+// so machines without CUDA build, load and register alike). XLA's CUDA
+// runtime has loaded it already; any CUDA 12 or 13 runtime will do.
+typedef int (*memcpy_async_fn)(void *, const void *, size_t, int, void *);
+typedef int (*sync_fn)(void *);
+typedef const char *(*errstr_fn)(int);
+static struct {
+    pthread_once_t once;
+    memcpy_async_fn memcpy_async;
+    sync_fn sync;
+    errstr_fn errstr;
+    char why[512];
+} cudart = {PTHREAD_ONCE_INIT};
+
+static void load_cudart(void) {
+    const char *names[] = {"libcudart.so.12", "libcudart.so.13", "libcudart.so"};
+    void *h = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof *names && h == NULL; i++) h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL) {
+        snprintf(cudart.why, sizeof cudart.why, "cannot load the CUDA runtime (libcudart.so.12/.13): %s", dlerror());
+        return;
+    }
+    cudart.memcpy_async = (memcpy_async_fn)dlsym(h, "cudaMemcpyAsync");
+    cudart.sync = (sync_fn)dlsym(h, "cudaStreamSynchronize");
+    cudart.errstr = (errstr_fn)dlsym(h, "cudaGetErrorString");
+    if (!cudart.memcpy_async || !cudart.sync || !cudart.errstr)
+        snprintf(cudart.why, sizeof cudart.why, "the CUDA runtime lacks cudaMemcpyAsync/cudaStreamSynchronize");
+}
+
+enum { CUDA_D2H = 2, CUDA_H2D = 1 };
+
+static int copy_sync(void *dst, const void *src, size_t n, int dir, void *stream, char *why, size_t whylen) {
+    int rc = n ? cudart.memcpy_async(dst, src, n, dir, stream) : 0;
+    if (rc == 0) rc = cudart.sync(stream);
+    if (rc != 0) snprintf(why, whylen, "%s", cudart.errstr(rc));
+    return rc;
+}
+
+// run_cuda copies the input to host memory, runs the collective there
+// (blocking: XLA:GPU thunks finish on return), and copies the result back,
+// all ordered on XLA's stream for this call.
+static gx_error *run_cuda(gx_frame *f, int kind, decoded *d) {
+    const char *what = kind_name(kind);
+    pthread_once(&cudart.once, load_cudart);
+    if (cudart.why[0]) return fail(f->api, GX_FAILED_PRECONDITION, "gocl.jax %s on CUDA: %s", what, cudart.why);
+    gx_stream_args sa = {GX_SIZE(gx_stream_args, stream), NULL, f->ctx, NULL};
+    gx_error *e = f->api->stream_get(&sa);
+    if (e != NULL) return e;
+    void *hin = malloc(d->bin ? d->bin : 1), *hout = malloc(d->bout ? d->bout : 1);
+    char why[512], msg[1024] = "";
+    gx_error *res = NULL;
+    if (hin == NULL || hout == NULL) {
+        res = fail(f->api, GX_INTERNAL, "gocl.jax %s on CUDA: out of host memory staging %zu bytes", what,
+                   d->bin + d->bout);
+    } else if (copy_sync(hin, d->in, d->bin, CUDA_D2H, sa.stream, why, sizeof why) != 0) {
+        res = fail(f->api, GX_INTERNAL, "gocl.jax %s on CUDA: copying the input to the host failed: %s", what, why);
+    } else {
+        int code = goclJaxSubmit(d->at.comm, ordinal(f), kind, hin, hout, d->nin, d->nout, d->dtype, d->at.op,
+                                 d->at.root, d->at.site, (int64_t *)d->at.perm, d->at.nperm, (void *)f->api, NULL,
+                                 msg, sizeof msg);
+        if (code != 0)
+            res = make_error(f->api, code, msg);
+        else if (copy_sync(d->out, hout, d->bout, CUDA_H2D, sa.stream, why, sizeof why) != 0)
+            res = fail(f->api, GX_INTERNAL, "gocl.jax %s on CUDA: copying the result to the device failed: %s", what,
+                       why);
+    }
+    free(hin);
+    free(hout);
+    return res;
+}
+
+gx_error *goclJaxAllReduce(gx_frame *f) { return handle(f, K_ALLREDUCE, 0); }
+gx_error *goclJaxAllGather(gx_frame *f) { return handle(f, K_ALLGATHER, 0); }
+gx_error *goclJaxReduceScatter(gx_frame *f) { return handle(f, K_REDUCESCATTER, 0); }
+gx_error *goclJaxBroadcast(gx_frame *f) { return handle(f, K_BROADCAST, 0); }
+gx_error *goclJaxAllToAll(gx_frame *f) { return handle(f, K_ALLTOALL, 0); }
+gx_error *goclJaxPermute(gx_frame *f) { return handle(f, K_PERMUTE, 0); }
+gx_error *goclJaxAllReduceCuda(gx_frame *f) { return handle(f, K_ALLREDUCE, 1); }
+gx_error *goclJaxAllGatherCuda(gx_frame *f) { return handle(f, K_ALLGATHER, 1); }
+gx_error *goclJaxReduceScatterCuda(gx_frame *f) { return handle(f, K_REDUCESCATTER, 1); }
+gx_error *goclJaxBroadcastCuda(gx_frame *f) { return handle(f, K_BROADCAST, 1); }
+gx_error *goclJaxAllToAllCuda(gx_frame *f) { return handle(f, K_ALLTOALL, 1); }
+gx_error *goclJaxPermuteCuda(gx_frame *f) { return handle(f, K_PERMUTE, 1); }

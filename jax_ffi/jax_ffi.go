@@ -10,6 +10,7 @@
 package jax_ffi
 
 /*
+#cgo LDFLAGS: -ldl
 #include <stdint.h>
 #include <stdlib.h>
 #include "xla_ffi.h"

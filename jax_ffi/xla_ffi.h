@@ -197,6 +197,14 @@ gx_error *goclJaxReduceScatter(gx_frame *f);
 gx_error *goclJaxBroadcast(gx_frame *f);
 gx_error *goclJaxAllToAll(gx_frame *f);
 gx_error *goclJaxPermute(gx_frame *f);
+// The same for platform "CUDA": buffers are device memory, staged through
+// host memory on the call's stream (libcudart is opened on the first call).
+gx_error *goclJaxAllReduceCuda(gx_frame *f);
+gx_error *goclJaxAllGatherCuda(gx_frame *f);
+gx_error *goclJaxReduceScatterCuda(gx_frame *f);
+gx_error *goclJaxBroadcastCuda(gx_frame *f);
+gx_error *goclJaxAllToAllCuda(gx_frame *f);
+gx_error *goclJaxPermuteCuda(gx_frame *f);
 
 // Called by Go when a queued call is done: msg NULL means success.
 void gocl_jax_finish(const gx_api *api, gx_future *fut, const char *msg, int code);

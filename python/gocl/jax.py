@@ -66,11 +66,15 @@ _sites = itertools.count(1)
 
 
 def _register(platform: str) -> None:
+    """Register the handlers for platform "cpu" or "CUDA" (the CUDA ones
+    stage through host memory on XLA's stream; JAX keeps a registration for
+    a platform whose plugin is not loaded, so this works without a GPU)."""
     if platform in _registered:
         return
     lib = _lib.lib()
+    suffix = "Cuda" if platform == "CUDA" else ""
     for name, sym in _TARGETS.items():
-        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, sym)), platform=platform)
+        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, sym + suffix)), platform=platform)
     _registered.add(platform)
 
 
@@ -118,7 +122,7 @@ def init(unique_id: bytes | None = None, rank: int | None = None, world_size: in
         rc = fn(ubuf, int(world_size), int(rank), ndev, ids, ctypes.byref(out), msg, len(msg))
         if rc != 0:
             raise error_for(rc, msg.value.decode("utf-8", "replace"))
-        for platform in {d.platform for d in jax.local_devices()} & {"cpu"}:
+        for platform in ("cpu", "CUDA"):
             _register(platform)
         _world = _World(out.value, int(rank), int(world_size), ndev)
 

@@ -206,6 +206,28 @@ def test_shard_map_devices_are_ranks():
     np.testing.assert_array_equal(a, np.tile([12.0, 16.0], 4))
     np.testing.assert_array_equal(g, np.tile(np.arange(8.0), 4))
     np.testing.assert_array_equal(p, np.roll(np.arange(8.0), 2))
+    _check_cuda_registered()
+
+
+def _check_cuda_registered():
+    """The CUDA handlers register on a machine without a GPU (JAX keeps the
+    registration until a CUDA plugin loads); each target points at its
+    goclJax*Cuda symbol."""
+    import ctypes
+
+    from jax._src.lib import xla_client
+
+    from gocl import _lib
+
+    assert "CUDA" in gj._registered
+    pending = getattr(xla_client, "_custom_callback", {}).get("CUDA")
+    if pending is None:  # a CUDA plugin took them already, or JAX keeps them elsewhere
+        return
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    got = {name: get(cap, None) for name, cap, *_ in pending}
+    for name, sym in gj._TARGETS.items():
+        assert got[name] == ctypes.cast(getattr(_lib.lib(), sym + "Cuda"), ctypes.c_void_p).value, name
 
 
 @pytest.mark.ranks(2)
