@@ -86,30 +86,40 @@ def test_every_op_and_dtype_three_processes():
 
 
 def _check_concurrent_collectives_started_in_opposite_orders():
-    """Rank 0 delays the input of the first collective and rank 1 that of the
-    second, so XLA starts them in opposite orders; they still pair up."""
-    r = gj.process_rank()
+    """Rank 0 spends long on the input of the first collective and rank 1 on
+    that of the second (a loop with a rank-dependent trip count), and the
+    buffers are big enough that XLA:CPU runs the program's thunks as a
+    dataflow graph, so the collectives start in opposite orders on the two
+    ranks (and the eight independent ones in any order). Without agreement
+    on the order they pair up wrongly (checked: the results come out wrong)."""
+    from jax import lax
 
-    def slow_on(rank):
-        def cb(x):
-            if r == rank:
-                time.sleep(0.3)
-            return x
-        return lambda x: jax.pure_callback(cb, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+    r, n = gj.process_rank(), gj.world_size()
+    size, spins = 1 << 16, 300
+
+    def spin(v, k):
+        return lax.fori_loop(0, k, lambda i, u: jnp.sin(u) * 0.5 + 0.5, v)
 
     @jax.jit
-    def f(x):
-        a = gj.all_reduce(slow_on(0)(x) + 1)
-        b = gj.all_reduce(slow_on(1)(x) * 10, op="max")
-        many = [gj.all_reduce(x * k) for k in range(8)]  # independent: XLA may run them concurrently
+    def f(x, ka, kb):
+        a = gj.all_reduce(spin(x, ka))
+        b = gj.all_reduce(spin(x + 1, kb), op="max")
+        many = [gj.all_reduce(x * k) for k in range(8)]
         return a, b, many
 
-    for _ in range(2):
-        a, b, many = f(jnp.full(1000, r + 1.0, jnp.float32))
-        np.testing.assert_array_equal(np.asarray(a), np.full(1000, 5.0))
-        np.testing.assert_array_equal(np.asarray(b), np.full(1000, 20.0))
+    def trips(q):
+        return (spins if q == 0 else 0, spins if q == 1 else 0)
+
+    xs = [jnp.full(size, q + 1.0, jnp.float32) for q in range(n)]
+    ref = jax.jit(spin)
+    want_a = sum(np.asarray(ref(xs[q], trips(q)[0])) for q in range(n))
+    want_b = np.max([np.asarray(ref(xs[q] + 1, trips(q)[1])) for q in range(n)], axis=0)
+    for _ in range(3):
+        a, b, many = f(xs[r], *trips(r))
+        np.testing.assert_allclose(np.asarray(a), want_a, rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(b), want_b, rtol=1e-6)
         for k, m in enumerate(many):
-            np.testing.assert_array_equal(np.asarray(m), np.full(1000, 3.0 * k))
+            np.testing.assert_array_equal(np.asarray(m), np.full(size, 3.0 * k))
 
 
 def _check_gradients_and_vmap():
