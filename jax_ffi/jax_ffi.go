@@ -1,4 +1,4 @@
-// Package jax_ffi runs gocl collectives inside jitted JAX programs: XLA FFI
+// Package jaxffi runs gocl collectives inside jitted JAX programs: XLA FFI
 // handlers (handlers.c, plain C: the registration handshake arrives with no
 // execution context and must not need Go) decode the call frame and hand the
 // call to a per-rank lane here, which runs collectives in an order every rank
@@ -7,7 +7,7 @@
 // It is linked into libgocl.so by a blank import in capi; Python (gocl.jax)
 // makes worlds with goclJaxWorldInit and registers the goclJax* handlers with
 // jax.ffi.register_ffi_target.
-package jax_ffi
+package jaxffi
 
 /*
 #cgo LDFLAGS: -ldl

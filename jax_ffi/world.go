@@ -1,4 +1,4 @@
-package jax_ffi
+package jaxffi
 
 import (
 	"encoding/binary"
