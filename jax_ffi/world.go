@@ -245,10 +245,11 @@ func (r *request) run(c *comm.Comm) error {
 // agree on. XLA may start the collectives of one program concurrently and
 // in a different order on each rank, so each call carries its call site
 // (an id fixed when the program was traced) and the lane counts the calls
-// per site: (site, n) names the call on every rank. Global rank 0 picks
-// the next call among its queued ones and broadcasts its name; every rank
-// then runs that call. The choice is always safe: rank 0 only picks calls
-// whose inputs are ready, so they never wait on a call still queued.
+// per site: (site, n) names the call on every rank. Global rank 0 takes
+// its queued calls (up to maxBatch, oldest first) and broadcasts their
+// names; every rank then runs those calls in that order. The choice is
+// always safe: rank 0 has only queued calls whose inputs are ready, so none
+// of them waits on a call that has not run.
 type lane struct {
 	c       *comm.Comm
 	mu      sync.Mutex
@@ -259,6 +260,10 @@ type lane struct {
 	wake    chan struct{} // a call arrived or stop was called
 	done    chan struct{} // the goroutine has exited
 }
+
+// maxBatch bounds the calls one order broadcast names (many concurrent
+// collectives, such as one per gradient leaf, share one broadcast).
+const maxBatch = 32
 
 type tag struct {
 	site int64
@@ -357,25 +362,33 @@ func (l *lane) step() (err error) {
 		<-l.wake
 		l.mu.Lock()
 	}
-	t := l.order[0]
+	batch := append([]tag(nil), l.order[:min(len(l.order), maxBatch)]...)
 	l.mu.Unlock()
 	if l.c.NRanks() > 1 {
-		var b [16]byte
-		binary.LittleEndian.PutUint64(b[:], uint64(t.site))
-		binary.LittleEndian.PutUint64(b[8:], t.n)
+		var b [8 + maxBatch*16]byte
+		binary.LittleEndian.PutUint64(b[:], uint64(len(batch)))
+		for i, t := range batch {
+			binary.LittleEndian.PutUint64(b[8+16*i:], uint64(t.site))
+			binary.LittleEndian.PutUint64(b[16+16*i:], t.n)
+		}
 		p := unsafe.Pointer(&b[0])
 		if err := l.c.Run(nil, comm.Op{Coll: wire.Broadcast, Send: p, Recv: p, Count: len(b), Type: kernels.Uint8}); err != nil {
 			return firstCause(l.c, err)
 		}
-		t = tag{int64(binary.LittleEndian.Uint64(b[:])), binary.LittleEndian.Uint64(b[8:])}
+		batch = batch[:0]
+		for i := range min(int(binary.LittleEndian.Uint64(b[:])), maxBatch) {
+			batch = append(batch, tag{int64(binary.LittleEndian.Uint64(b[8+16*i:])), binary.LittleEndian.Uint64(b[16+16*i:])})
+		}
 	}
-	c, err := l.take(t)
-	if err != nil {
-		l.c.Abort() // peers are inside this call: make them fail instead of wait
-		return err
+	for _, t := range batch {
+		c, err := l.take(t)
+		if err != nil {
+			l.c.Abort() // peers are inside this call: make them fail instead of wait
+			return err
+		}
+		res := firstCause(l.c, c.r.run(l.c))
+		go c.done(res)
 	}
-	res := firstCause(l.c, c.r.run(l.c))
-	go c.done(res)
 	return nil
 }
 
