@@ -81,8 +81,10 @@ def test_two_processes():
 
 
 @pytest.mark.ranks(3, timeout=240)
-def test_every_op_and_dtype_three_processes():
+def test_three_processes_then_a_dead_peer():
+    os.environ["GOCL_TIMEOUT"] = "40"  # read when the library loads (first collective)
     _check_every_op_and_dtype()
+    _check_dead_peer_raises_naming_it()
 
 
 def _check_concurrent_collectives_started_in_opposite_orders():
@@ -181,9 +183,7 @@ def _check_data_parallel_training_equals_full_batch():
     assert float(loss(pd, X, Y)) < float(loss(p0, X, Y)) / 4
 
 
-@pytest.mark.ranks(3, timeout=90)
-def test_dead_peer_raises_naming_it():
-    os.environ["GOCL_TIMEOUT"] = "15"  # read when the library loads (below)
+def _check_dead_peer_raises_naming_it():
     r = gj.process_rank()
     f = jax.jit(lambda v: gj.all_reduce(v))
     f(jnp.ones(8)).block_until_ready()
@@ -195,7 +195,7 @@ def test_dead_peer_raises_naming_it():
             f(jnp.ones(1000)).block_until_ready()
             time.sleep(0.05)
     assert "rank 1" in str(e.value), str(e.value)
-    assert time.monotonic() - start < 14, "the failure must be detected, not timed out"
+    assert time.monotonic() - start < 30, "the failure must be detected, not timed out (GOCL_TIMEOUT=40)"
     gj.shutdown(abort=True)
 
 
