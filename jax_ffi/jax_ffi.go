@@ -63,7 +63,7 @@ func goclJaxWorldInit(uid *C.char, nprocs, proc, ndev C.int, devices *C.int64_t,
 //
 //export goclJaxWorldDestroy
 func goclJaxWorldDestroy(h C.int64_t, abort C.int) {
-	defer func() { recover() }() //nolint: a panic must not cross into Python
+	defer func() { _ = recover() }() // a panic must not cross into Python
 	if w := takeWorld(int64(h)); w != nil {
 		w.close(abort != 0)
 	}

@@ -270,9 +270,9 @@ def _all_gather_fwd(x, axis, tiled):
 
 def _all_gather_bwd(axis, tiled, _, ct):
     n = _get().size
-    blocks = _unplace(ct, axis, tiled, n)  # (n, *x.shape)
-    return (_reduce_scatter_raw(blocks.reshape((n * blocks.shape[1],) + blocks.shape[2:]) if blocks.ndim > 1
-                                else blocks, _OPS["sum"]).reshape(blocks.shape[1:]),)
+    blocks = _unplace(ct, axis, tiled, n)  # (n, *x.shape): block i is rank i's share
+    flat = blocks.reshape((-1,) + blocks.shape[2:])
+    return (_reduce_scatter_raw(flat, _OPS["sum"]).reshape(blocks.shape[1:]),)
 
 
 _all_gather.defvjp(_all_gather_fwd, _all_gather_bwd)

@@ -134,6 +134,15 @@ def _check_gradients_and_vmap():
     w = jnp.arange(n * 4.0).reshape(n, 4)
     g = jax.jit(jax.grad(lambda v: (gj.all_gather(v) * w).sum()))(x)
     np.testing.assert_array_equal(np.asarray(g), n * np.asarray(w)[r])
+    for shape in [(), (2, 3)]:  # every axis, and tiled: the gradient is this rank's block, n times
+        v0 = jnp.ones(shape) * (r + 1)
+        for axis in range(len(shape) + 1):
+            w = jnp.arange(float(n * np.prod(shape))).reshape(shape[:axis] + (n,) + shape[axis:])
+            g = jax.grad(lambda v: (gj.all_gather(v, axis=axis) * w).sum())(v0)
+            np.testing.assert_array_equal(np.asarray(g), n * np.take(np.asarray(w), r, axis=axis))
+    w = jnp.arange(n * 6.0).reshape(2, 3 * n)
+    g = jax.grad(lambda v: (gj.all_gather(v, axis=1, tiled=True) * w).sum())(jnp.ones((2, 3)))
+    np.testing.assert_array_equal(np.asarray(g), n * np.asarray(w)[:, 3 * r:3 * r + 3])
     y = jnp.arange(n * 2.0)
     g = jax.grad(lambda v: (gj.reduce_scatter(v) * (r + 1)).sum())(y)
     np.testing.assert_array_equal(np.asarray(g), np.repeat(np.arange(1.0, n + 1), 2))
