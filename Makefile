@@ -2,7 +2,7 @@
 GO      ?= go
 CC      ?= gcc
 BUILD   := build
-SOURCES := $(shell find capi runtime kernels -name '*.go' -o -name '*.c' -o -name '*.h') go.mod
+SOURCES := $(shell find capi runtime kernels jax_ffi -name '*.go' -o -name '*.c' -o -name '*.h') go.mod
 RPATH   := -Wl,-rpath,'$$ORIGIN'
 CFLAGS  := -O2 -Wall -Wextra -I$(BUILD)/include -Itests/c
 # Python: a uv-made .venv with gocl installed editable (extras torch, jax, test).
@@ -75,6 +75,10 @@ $(BUILD)/include/gocl.h: capi/gocl.h
 $(BUILD)/gocl_test: tests/c/gocl_test.c tests/c/launch.c tests/c/launch.h lib
 	$(CC) $(CFLAGS) tests/c/gocl_test.c tests/c/launch.c -L$(BUILD) -lgocl -lm $(RPATH) -o $@
 
+# gocl's XLA FFI handlers on hand-built call frames (no JAX needed).
+$(BUILD)/jax_ffi_test: tests/c/jax_ffi_test.c jax_ffi/xla_ffi.h lib
+	$(CC) $(CFLAGS) -std=gnu11 $< -L$(BUILD) -lgocl -lpthread $(RPATH) -o $@
+
 $(BUILD)/fork_test: tests/c/fork_test.c lib
 	$(CC) $(CFLAGS) $< -L$(BUILD) -lgocl $(RPATH) -o $@
 
@@ -113,9 +117,10 @@ test-go:
 test-race:
 	$(GO) test -count=1 -race -short ./...
 
-test-c: $(BUILD)/gocl_test $(BUILD)/fork_test $(BUILD)/env_test
+test-c: $(BUILD)/gocl_test $(BUILD)/fork_test $(BUILD)/env_test $(BUILD)/jax_ffi_test
 	$(BUILD)/fork_test
 	$(BUILD)/env_test
+	$(BUILD)/jax_ffi_test
 	for n in 1 2 3 4 5; do $(BUILD)/gocl_test -n $$n || exit 1; done
 	$(BUILD)/gocl_test -n 3 --kill-rank 1
 

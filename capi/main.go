@@ -8,4 +8,7 @@ package main
 // #include "gocl.h"
 import "C"
 
+// The JAX FFI handlers live in the same library.
+import _ "gocl/jax_ffi"
+
 func main() {}

@@ -360,6 +360,44 @@ def _store_exchange(addr: str, port: int, rank: int, gen: int, timeout: float) -
             f"torchrun's store at {addr}:{port}: {e}") from e
 
 
+def _env_unique_id(timeout: float | None) -> tuple[bytes, int, int]:
+    """The unique id, rank and world size of the torchrun-style environment
+    (see Communicator.from_env); gocl.jax uses it too."""
+    rank = _env_int("RANK")
+    world = _env_int("WORLD_SIZE")
+    if world < 1 or not 0 <= rank < world:
+        raise InvalidArgumentError(
+            f"Communicator.from_env: RANK={rank} is not in [0, WORLD_SIZE={world})")
+    timeout = _default_timeout() if timeout is None else float(timeout)
+    gen = _next_generation()
+    if world == 1:
+        return unique_id(), 0, 1
+    addr = os.environ.get("MASTER_ADDR")
+    if not addr:
+        raise InvalidArgumentError(
+            f"Communicator.from_env on rank {rank}: $MASTER_ADDR is not set (the host of rank 0)")
+    gocl_port = os.environ.get("GOCL_MASTER_PORT")
+    port = _env_int("GOCL_MASTER_PORT") if gocl_port else _env_int("MASTER_PORT")
+    deadline = time.monotonic() + timeout
+    if not gocl_port and os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true":
+        uid = _store_exchange(addr, port, rank, gen, timeout)
+        return uid, rank, world
+    if rank > 0:
+        uid = _fetch_unique_id(addr, port, rank, world, gen, deadline, timeout)
+        return uid, rank, world
+    try:
+        srv = _listen(port)
+    except OSError as e:
+        hint = (" (is torch.distributed's store on it? set GOCL_MASTER_PORT to another free port)"
+                if e.errno == errno.EADDRINUSE else "")
+        raise InvalidUsageError(
+            f"Communicator.from_env on rank 0: cannot listen on MASTER_PORT {port}: {e}{hint}") from e
+    with srv:
+        uid = unique_id()
+        _serve_unique_id(srv, uid, world, gen, deadline, f"{addr}:{port}")
+    return uid, 0, world
+
+
 # ------------------------------------------------------------ communicator
 
 
@@ -416,40 +454,8 @@ class Communicator:
         fails with GoclTimeoutError naming what it waited for; a ``timeout``
         given here also bounds the communicator's operations.
         """
-        op_timeout = timeout
-        rank = _env_int("RANK")
-        world = _env_int("WORLD_SIZE")
-        if world < 1 or not 0 <= rank < world:
-            raise InvalidArgumentError(
-                f"Communicator.from_env: RANK={rank} is not in [0, WORLD_SIZE={world})")
-        timeout = _default_timeout() if timeout is None else float(timeout)
-        gen = _next_generation()
-        if world == 1:
-            return cls(unique_id(), 0, 1, timeout=op_timeout)
-        addr = os.environ.get("MASTER_ADDR")
-        if not addr:
-            raise InvalidArgumentError(
-                f"Communicator.from_env on rank {rank}: $MASTER_ADDR is not set (the host of rank 0)")
-        gocl_port = os.environ.get("GOCL_MASTER_PORT")
-        port = _env_int("GOCL_MASTER_PORT") if gocl_port else _env_int("MASTER_PORT")
-        deadline = time.monotonic() + timeout
-        if not gocl_port and os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true":
-            uid = _store_exchange(addr, port, rank, gen, timeout)
-            return cls(uid, rank, world, timeout=op_timeout)
-        if rank > 0:
-            uid = _fetch_unique_id(addr, port, rank, world, gen, deadline, timeout)
-            return cls(uid, rank, world, timeout=op_timeout)
-        try:
-            srv = _listen(port)
-        except OSError as e:
-            hint = (" (is torch.distributed's store on it? set GOCL_MASTER_PORT to another free port)"
-                    if e.errno == errno.EADDRINUSE else "")
-            raise InvalidUsageError(
-                f"Communicator.from_env on rank 0: cannot listen on MASTER_PORT {port}: {e}{hint}") from e
-        with srv:
-            uid = unique_id()
-            _serve_unique_id(srv, uid, world, gen, deadline, f"{addr}:{port}")
-        return cls(uid, 0, world, timeout=op_timeout)
+        uid, rank, world = _env_unique_id(timeout)
+        return cls(uid, rank, world, timeout=timeout)
 
     @classmethod
     def local(cls, n: int) -> "list[Communicator]":

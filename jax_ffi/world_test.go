@@ -1,0 +1,92 @@
+package jaxffi
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"gocl/kernels"
+	"gocl/runtime/wire"
+)
+
+// Ranks of one world submit the same call sites in rank-dependent orders
+// from several goroutines each (as XLA:CPU may); every call must pair with
+// the same call on the other ranks. Run with -race, it also checks the lanes.
+func TestLanesAgreeOnOrder(t *testing.T) {
+	const n, sites, rounds, count = 3, 5, 10, 257
+	h, err := newWorld(nil, 1, 0, n, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { takeWorld(h).close(false) }()
+	var wg sync.WaitGroup
+	errs := make(chan error, n*sites*rounds)
+	for r := 0; r < n; r++ {
+		for round := 0; round < rounds; round++ {
+			for k := 0; k < sites; k++ {
+				site := int64((k+r*2+round)%sites + 1) // rank-dependent submission order
+				in := make([]float32, count)
+				out := make([]float32, count)
+				for i := range in {
+					in[i] = float32(site*100 + int64(r))
+				}
+				wg.Add(1)
+				done := func(e error) {
+					defer wg.Done()
+					if e == nil {
+						want := float32(n*site*100 + n*(n-1)/2)
+						if out[count-1] != want {
+							e = fmt.Errorf("site %d got %g, want %g", site, out[count-1], want)
+						}
+					}
+					errs <- e
+				}
+				req := request{kind: int(wire.AllReduce), send: unsafe.Pointer(&in[0]), recv: unsafe.Pointer(&out[0]),
+					nsend: count, nrecv: count, dtype: int(kernels.Float32)}
+				if err := submit(h, r, site, req, done); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		if e != nil {
+			t.Error(e)
+		}
+	}
+}
+
+func TestSubmitRejectsBadCalls(t *testing.T) {
+	h, err := newWorld(nil, 1, 0, 2, []int64{0, 2048})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { takeWorld(h).close(false) }()
+	b := make([]byte, 64)
+	p := unsafe.Pointer(&b[0])
+	for _, c := range []struct {
+		ordinal int
+		r       request
+		want    string
+	}{
+		{1, request{kind: int(wire.AllReduce), send: p, recv: p, nsend: 4, nrecv: 4}, "runs on device 1, which is not one of the 2 local devices"},
+		{2048, request{kind: int(wire.AllGather), send: p, recv: p, nsend: 4, nrecv: 4}, "all_gather on rank 1: result has 4 elements but needs world size 2 × input 4"},
+		{0, request{kind: int(wire.ReduceScatter), send: p, recv: p, nsend: 5, nrecv: 2}, "not world size 2 × result 2"},
+		{0, request{kind: int(wire.Broadcast), send: p, recv: p, nsend: 4, nrecv: 4, root: 2}, "root 2 is not a rank of this world of 2"},
+		{0, request{kind: int(wire.AlltoAll), send: p, recv: p, nsend: 3, nrecv: 3}, "split into world size 2 equal blocks"},
+		{0, request{kind: int(wire.SendRecv), send: p, recv: p, nsend: 4, nrecv: 4, perm: []int64{0, 5}}, "names a rank outside this world of 2"},
+		{0, request{kind: int(wire.SendRecv), send: p, recv: p, nsend: 4, nrecv: 4, perm: []int64{0}}, "(source, destination) pairs"},
+	} {
+		err := submit(h, c.ordinal, 1, c.r, func(error) { t.Error("a rejected call completed") })
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want %q", kindName(c.r.kind), err, c.want)
+		}
+	}
+	if err := submit(h+100, 0, 1, request{kind: int(wire.AllReduce)}, nil); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("missing world: %v", err)
+	}
+}

@@ -1,0 +1,370 @@
+"""gocl collectives inside jitted JAX programs (XLA FFI custom calls).
+
+One JAX process per rank (``gocl run -n N``, torchrun or the pytest
+plugin's ``@pytest.mark.ranks(n)``), and optionally several local devices per
+process (``shard_map``), each device its own rank::
+
+    import jax, jax.numpy as jnp
+    import gocl.jax as gj
+
+    @jax.jit
+    def step(g):
+        return gj.all_reduce(g, op="avg")
+
+The world comes up from the environment on first use (or ``gocl.jax.init``).
+Ranks are numbered ``process_rank * local_devices + device``. Collectives run
+through gocl's handlers in libgocl.so (``jax_ffi/``); every call carries its
+call site, so collectives that XLA runs concurrently or in another order on
+each rank still pair up (see the README, "JAX").
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import functools
+import itertools
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+
+from . import _lib
+from .comm import _env_unique_id
+from .errors import InvalidArgumentError, error_for
+
+__all__ = ["init", "shutdown", "world_size", "process_rank", "local_devices", "all_reduce", "all_gather",
+           "reduce_scatter", "broadcast", "all_to_all", "ppermute"]
+
+_OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
+_TARGETS = {  # FFI target name -> handler symbol in libgocl.so
+    "gocl_all_reduce": "goclJaxAllReduce",
+    "gocl_all_gather": "goclJaxAllGather",
+    "gocl_reduce_scatter": "goclJaxReduceScatter",
+    "gocl_broadcast": "goclJaxBroadcast",
+    "gocl_all_to_all": "goclJaxAllToAll",
+    "gocl_ppermute": "goclJaxPermute",
+}
+
+
+class _World:
+    def __init__(self, handle: int, rank: int, nprocs: int, ndev: int):
+        self.handle, self.rank, self.nprocs, self.ndev = handle, rank, nprocs, ndev
+
+    @property
+    def size(self) -> int:
+        return self.nprocs * self.ndev
+
+
+_lock = threading.RLock()
+_world: _World | None = None
+_registered: set[str] = set()
+_sites = itertools.count(1)
+
+
+def _register(platform: str) -> None:
+    """Register the handlers for platform "cpu" or "CUDA" (the CUDA ones
+    stage through host memory on XLA's stream; JAX keeps a registration for
+    a platform whose plugin is not loaded, so this works without a GPU)."""
+    if platform in _registered:
+        return
+    lib = _lib.lib()
+    suffix = "Cuda" if platform == "CUDA" else ""
+    for name, sym in _TARGETS.items():
+        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, sym + suffix)), platform=platform)
+    _registered.add(platform)
+
+
+def init(unique_id: bytes | None = None, rank: int | None = None, world_size: int | None = None,
+         local_devices: int | None = None, timeout: float | None = None) -> None:
+    """Join the world: ``world_size`` processes (``rank`` is this process's),
+    each with ``local_devices`` ranks (default: ``jax.local_device_count()``).
+    Without arguments the torchrun-style environment is used (RANK,
+    WORLD_SIZE, MASTER_ADDR, MASTER_PORT), as ``Communicator.from_env`` does.
+    Collectives call this on first use."""
+    global _world
+    with _lock:
+        if _world is not None:
+            raise InvalidArgumentError(
+                f"gocl.jax.init on rank {_world.rank}: already initialised (call gocl.jax.shutdown() first)")
+        if unique_id is None:
+            if world_size not in (None, 1):
+                raise InvalidArgumentError(
+                    f"gocl.jax.init: world_size={world_size} needs the unique_id from rank 0 "
+                    "(gocl.unique_id()), or no arguments to use the environment")
+            if world_size == 1:
+                uid, rank, world_size = None, 0, 1
+            else:
+                uid, rank, world_size = _env_unique_id(timeout)
+                if world_size == 1:
+                    uid = None
+        else:
+            uid = bytes(unique_id)
+            if rank is None or world_size is None:
+                raise InvalidArgumentError("gocl.jax.init: with unique_id, pass rank and world_size too")
+        ndev = jax.local_device_count() if local_devices is None else int(local_devices)
+        lib = _lib.lib()
+        fn = lib.goclJaxWorldInit
+        fn.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
+                       ctypes.POINTER(ctypes.c_int64), ctypes.c_char_p, ctypes.c_size_t]
+        fn.restype = ctypes.c_int
+        out = ctypes.c_int64()
+        msg = ctypes.create_string_buffer(2048)
+        # uid may hold NUL bytes: pass a buffer, never a bytes object ctypes would cut.
+        ubuf = None if uid is None else ctypes.create_string_buffer(uid, len(uid))
+        # The ordinal XLA reports for each local device (its id; under
+        # jax.distributed XLA:CPU numbers devices across processes).
+        local = jax.local_devices()
+        ids = (ctypes.c_int64 * ndev)(*[d.id for d in local[:ndev]]) if ndev <= len(local) else None
+        rc = fn(ubuf, int(world_size), int(rank), ndev, ids, ctypes.byref(out), msg, len(msg))
+        if rc != 0:
+            raise error_for(rc, msg.value.decode("utf-8", "replace"))
+        for platform in ("cpu", "CUDA"):
+            _register(platform)
+        _world = _World(out.value, int(rank), int(world_size), ndev)
+
+
+def shutdown(abort: bool = False) -> None:
+    """Wait for queued collectives (``jax.effects_barrier``) and free the
+    world; ``abort=True`` fails them instead, so peers fail rather than wait."""
+    global _world
+    with _lock:
+        w, _world = _world, None
+    if w is None:
+        return
+    if not abort:
+        try:
+            jax.effects_barrier()
+        except Exception:  # an earlier collective failed: its error was raised there
+            pass
+    fn = _lib.lib().goclJaxWorldDestroy
+    fn.argtypes = [ctypes.c_int64, ctypes.c_int]
+    fn.restype = None
+    fn(w.handle, 1 if abort else 0)
+
+
+atexit.register(shutdown)
+
+
+def _get() -> _World:
+    with _lock:
+        if _world is None:
+            init()
+        return _world
+
+
+def world_size() -> int:
+    """Ranks in the world: processes × local devices."""
+    return _get().size
+
+
+def process_rank() -> int:
+    return _get().rank
+
+
+def local_devices() -> int:
+    return _get().ndev
+
+
+# ------------------------------------------------------------------ calls
+
+
+def _op(name: str, op: str) -> int:
+    if op not in _OPS:
+        raise InvalidArgumentError(
+            f"gocl.jax.{name} on rank {_get().rank}: op {op!r} is not one of {sorted(_OPS)}")
+    return _OPS[op]
+
+
+def _ffi(target: str, x, shape, vmap_method: str, **attrs):
+    w = _get()
+    attrs = {k: (np.asarray(v, np.int64) if isinstance(v, np.ndarray) else np.int64(v)) for k, v in attrs.items()}
+    return jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(tuple(shape), x.dtype), has_side_effect=True,
+                            vmap_method=vmap_method)(x, comm=np.int64(w.handle), site=np.int64(next(_sites)), **attrs)
+
+
+def _widen(x):
+    """gocl reduces no 16-bit integers: reduce them as int32 (same results
+    modulo 2^16 for sum and prod, exact for max and min)."""
+    if x.dtype in (jnp.int16, jnp.uint16):
+        return x.astype(jnp.int32), x.dtype
+    return x, None
+
+
+def _all_reduce_raw(x, op: int):
+    y, narrow = _widen(x)
+    y = _ffi("gocl_all_reduce", y, y.shape, "broadcast_all", op=op)
+    return y if narrow is None else y.astype(narrow)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _all_reduce(x, op: int):
+    return _all_reduce_raw(x, op)
+
+
+def _all_reduce_fwd(x, op):
+    return _all_reduce_raw(x, op), None
+
+
+def _all_reduce_bwd(op, _, ct):
+    if op == _OPS["sum"]:
+        return (ct,)
+    if op == _OPS["avg"]:
+        return (ct / _get().size,)
+    name = {v: k for k, v in _OPS.items()}[op]
+    raise NotImplementedError(f"gocl.jax.all_reduce: no gradient for op {name!r} (sum and avg have one)")
+
+
+_all_reduce.defvjp(_all_reduce_fwd, _all_reduce_bwd)
+
+
+def all_reduce(x, op: str = "sum"):
+    """Elementwise reduction over all ranks; every rank gets the result.
+    Gradient (sum, avg): the cotangent passes through (divided by the world
+    size for avg), as for a loss every rank computes the same way."""
+    return _all_reduce(jnp.asarray(x), _op("all_reduce", op))
+
+
+def _gathered(x):  # (n, *x.shape), block i from rank i
+    n = _get().size
+    return _ffi("gocl_all_gather", x, (n, *x.shape), "sequential")
+
+
+def _place(g, axis: int, tiled: bool):
+    g = jnp.moveaxis(g, 0, axis)
+    if tiled:
+        s = g.shape
+        g = g.reshape(s[:axis] + (s[axis] * s[axis + 1],) + s[axis + 2:])
+    return g
+
+
+def _unplace(ct, axis: int, tiled: bool, n: int):
+    if tiled:
+        s = ct.shape
+        ct = ct.reshape(s[:axis] + (n, s[axis] // n) + s[axis + 1:])
+    return jnp.moveaxis(ct, axis, 0)
+
+
+def _reduce_scatter_raw(x, op: int):
+    n = _get().size
+    if x.ndim == 0 or x.shape[0] % n:
+        raise InvalidArgumentError(
+            f"gocl.jax.reduce_scatter on rank {_get().rank}: axis 0 of shape {tuple(x.shape)} must split into "
+            f"world size {n} equal blocks")
+    y, narrow = _widen(x)
+    y = _ffi("gocl_reduce_scatter", y, (x.shape[0] // n, *x.shape[1:]), "sequential", op=op)
+    return y if narrow is None else y.astype(narrow)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
+def _all_gather(x, axis: int, tiled: bool):
+    return _place(_gathered(x), axis, tiled)
+
+
+def _all_gather_fwd(x, axis, tiled):
+    return _all_gather(x, axis, tiled), None
+
+
+def _all_gather_bwd(axis, tiled, _, ct):
+    n = _get().size
+    blocks = _unplace(ct, axis, tiled, n)  # (n, *x.shape): block i is rank i's share
+    flat = blocks.reshape((-1,) + blocks.shape[2:])
+    return (_reduce_scatter_raw(flat, _OPS["sum"]).reshape(blocks.shape[1:]),)
+
+
+_all_gather.defvjp(_all_gather_fwd, _all_gather_bwd)
+
+
+def all_gather(x, axis: int = 0, tiled: bool = False):
+    """Every rank's ``x``, as ``jax.lax.all_gather``: a new axis ``axis`` of
+    size world_size (or, ``tiled``, concatenated along ``axis``). Gradient:
+    reduce_scatter (sum) of the cotangent."""
+    x = jnp.asarray(x)
+    nd = x.ndim + (0 if tiled else 1)
+    if not -nd <= axis < nd or (tiled and x.ndim == 0):
+        raise InvalidArgumentError(
+            f"gocl.jax.all_gather on rank {_get().rank}: axis {axis} is out of range for shape {tuple(x.shape)}"
+            f"{' (tiled)' if tiled else ''}")
+    return _all_gather(x, axis % nd, bool(tiled))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _reduce_scatter(x, op: int):
+    return _reduce_scatter_raw(x, op)
+
+
+def _reduce_scatter_fwd(x, op):
+    return _reduce_scatter_raw(x, op), None
+
+
+def _reduce_scatter_bwd(op, _, ct):
+    if op != _OPS["sum"]:
+        raise NotImplementedError("gocl.jax.reduce_scatter: only op 'sum' has a gradient")
+    return (_place(_gathered(ct), 0, True),)
+
+
+_reduce_scatter.defvjp(_reduce_scatter_fwd, _reduce_scatter_bwd)
+
+
+def reduce_scatter(x, op: str = "sum"):
+    """Axis 0 cut into world-size blocks; rank i gets the reduction of block
+    i over all ranks (``jax.lax.psum_scatter(..., tiled=True)``). Gradient
+    (sum): all_gather of the cotangent, tiled."""
+    return _reduce_scatter(jnp.asarray(x), _op("reduce_scatter", op))
+
+
+def broadcast(x, root: int = 0):
+    """Rank ``root``'s ``x`` on every rank (no gradient)."""
+    x = jnp.asarray(x)
+    n = _get().size
+    if not 0 <= int(root) < n:
+        raise InvalidArgumentError(
+            f"gocl.jax.broadcast on rank {_get().rank}: root {root} is not a rank of this world of {n}")
+    return _ffi("gocl_broadcast", x, x.shape, "broadcast_all", root=int(root))
+
+
+def _all_to_all_raw(x):
+    n = _get().size
+    if x.ndim == 0 or x.shape[0] % n:
+        raise InvalidArgumentError(
+            f"gocl.jax.all_to_all on rank {_get().rank}: axis 0 of shape {tuple(x.shape)} must split into "
+            f"world size {n} equal blocks")
+    return _ffi("gocl_all_to_all", x, x.shape, "sequential")
+
+
+@jax.custom_vjp
+def _all_to_all(x):
+    return _all_to_all_raw(x)
+
+
+_all_to_all.defvjp(lambda x: (_all_to_all_raw(x), None), lambda _, ct: (_all_to_all_raw(ct),))
+
+
+def all_to_all(x):
+    """Axis 0 cut into world-size blocks: block j goes to rank j; the result
+    has ``x``'s shape, block i from rank i. It is its own gradient."""
+    return _all_to_all(jnp.asarray(x))
+
+
+def _ppermute_raw(x, perm: tuple):
+    return _ffi("gocl_ppermute", x, x.shape, "broadcast_all", perm=np.asarray(perm, np.int64).reshape(-1))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _ppermute(x, perm: tuple):
+    return _ppermute_raw(x, perm)
+
+
+_ppermute.defvjp(lambda x, perm: (_ppermute_raw(x, perm), None),
+                 lambda perm, _, ct: (_ppermute_raw(ct, tuple((d, s) for s, d in perm)),))
+
+
+def ppermute(x, perm: Sequence[tuple[int, int]]):
+    """``jax.lax.ppermute`` over gocl ranks: for each (source, destination)
+    pair, source's ``x`` goes to destination; ranks nobody sends to get
+    zeros. Gradient: the inverse permutation."""
+    pairs = tuple((int(s), int(d)) for s, d in perm)
+    return _ppermute(jnp.asarray(x), pairs)
