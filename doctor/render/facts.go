@@ -132,78 +132,85 @@ func (t *text) links() {
 
 // torch writes torch's build and devices.
 func (t *text) torch() {
-	f := t.f
-	if tc := f.Torch; tc != nil {
-		if tc.Version == "" {
-			t.row("torch", "import failed: %s", textutil.FirstLineOrEmpty(tc.Error))
-		} else {
-			parts := []string{tc.Version}
-			if tc.CUDA != "" {
-				parts = append(parts, "CUDA "+tc.CUDA)
-			} else {
-				parts = append(parts, "CPU build")
-			}
-			parts = append(parts, nonEmpty(prefixed("NCCL ", tc.NCCLVersion))...)
-			if tc.CUDNNVersion > 0 {
-				parts = append(parts, fmt.Sprintf("cuDNN %d", tc.CUDNNVersion))
-			}
-			if tc.CUDAAvailable != nil {
-				parts = append(parts, fmt.Sprintf("cuda available: %v", *tc.CUDAAvailable))
-			}
-			lines := []string{strings.Join(parts, " · ")}
-			if len(tc.ArchList) > 0 {
-				lines = append(lines, "arch: "+strings.Join(tc.ArchList, " "))
-			}
-			for _, d := range tc.Devices {
-				lines = append(lines, fmt.Sprintf("device [%d] %s (%s)", d.Index, d.Name, d.ComputeCapability))
-			}
-			if tc.Error != "" {
-				lines = append(lines, "error: "+textutil.FirstLine(tc.Error))
-			}
-			t.row("torch", "%s", strings.Join(lines, "\n"))
-		}
-	} else {
-		t.row("torch", "%s", t.missing("torch"))
+	tc := t.f.Torch
+	if tc == nil {
+		t.probed("torch", "torch", nil)
+		return
 	}
+	if tc.Version == "" {
+		t.probed("torch", "torch", []string{"import failed: " + textutil.FirstLineOrEmpty(tc.Error)})
+		return
+	}
+	parts := []string{tc.Version}
+	if tc.CUDA != "" {
+		parts = append(parts, "CUDA "+tc.CUDA)
+	} else {
+		parts = append(parts, "CPU build")
+	}
+	parts = append(parts, nonEmpty(prefixed("NCCL ", tc.NCCLVersion))...)
+	if tc.CUDNNVersion > 0 {
+		parts = append(parts, fmt.Sprintf("cuDNN %d", tc.CUDNNVersion))
+	}
+	if tc.CUDAAvailable != nil {
+		parts = append(parts, fmt.Sprintf("cuda available: %v", *tc.CUDAAvailable))
+	}
+	lines := []string{strings.Join(parts, " · ")}
+	if len(tc.ArchList) > 0 {
+		lines = append(lines, "arch: "+strings.Join(tc.ArchList, " "))
+	}
+	for _, d := range tc.Devices {
+		lines = append(lines, fmt.Sprintf("device [%d] %s (%s)", d.Index, d.Name, d.ComputeCapability))
+	}
+	t.probed("torch", "torch", withError(lines, tc.Error))
 }
 
 // jax writes JAX's build, plugins and devices.
 func (t *text) jax() {
-	f := t.f
-	if x := f.JAX; x != nil {
-		parts := nonEmpty(x.JAX, prefixed("jaxlib ", x.JAXLib), prefixed("backend ", x.Backend))
-		if x.JAX == "" {
-			parts = []string{"import failed: " + textutil.FirstLineOrEmpty(x.Error)}
-		}
-		var plugins []string
-		for _, k := range slices.Sorted(maps.Keys(x.Plugins)) {
-			plugins = append(plugins, k+" "+x.Plugins[k])
-		}
-		if len(plugins) > 0 {
-			parts = append(parts, "plugins: "+strings.Join(plugins, ", "))
-		}
-		lines := []string{strings.Join(parts, " · ")}
-		for _, d := range x.Devices {
-			lines = append(lines, fmt.Sprintf("device [%d] %s", d.ID, strings.Join(nonEmpty(d.Platform, d.Kind, prefixed("compute capability ", d.ComputeCapability)), " · ")))
-		}
-		if x.JAX != "" && x.Error != "" {
-			lines = append(lines, "error: "+textutil.FirstLine(x.Error))
-		}
-		t.row("JAX", "%s", strings.Join(lines, "\n"))
-	} else {
-		t.row("JAX", "%s", t.missing("jax"))
+	x := t.f.JAX
+	if x == nil {
+		t.probed("JAX", "jax", nil)
+		return
 	}
+	parts := nonEmpty(x.JAX, prefixed("jaxlib ", x.JAXLib), prefixed("backend ", x.Backend))
+	if x.JAX == "" {
+		parts = []string{"import failed: " + textutil.FirstLineOrEmpty(x.Error)}
+	}
+	if plugins := pairs(x.Plugins, " "); len(plugins) > 0 {
+		parts = append(parts, "plugins: "+strings.Join(plugins, ", "))
+	}
+	lines := []string{strings.Join(parts, " · ")}
+	for _, d := range x.Devices {
+		lines = append(lines, fmt.Sprintf("device [%d] %s", d.ID, strings.Join(nonEmpty(d.Platform, d.Kind, prefixed("compute capability ", d.ComputeCapability)), " · ")))
+	}
+	if x.JAX != "" {
+		lines = withError(lines, x.Error)
+	}
+	t.probed("JAX", "jax", lines)
+}
+
+// probed writes the row of a fact the Python probe gathers: its lines, or
+// why it is missing (nil lines).
+func (t *text) probed(label, fact string, lines []string) {
+	if lines == nil {
+		t.row(label, "%s", t.missing(fact))
+		return
+	}
+	t.row(label, "%s", strings.Join(lines, "\n"))
+}
+
+// withError adds the last line of a probe's error, if any.
+func withError(lines []string, err string) []string {
+	if err == "" {
+		return lines
+	}
+	return append(lines, "error: "+textutil.FirstLine(err))
 }
 
 // packages writes the installed packages worth naming.
 func (t *text) packages() {
 	f := t.f
 	if len(f.Packages) > 0 {
-		var ps []string
-		for _, k := range slices.Sorted(maps.Keys(f.Packages)) {
-			ps = append(ps, k+" "+f.Packages[k])
-		}
-		t.row("Packages", "%s", wrapList(ps, 88))
+		t.row("Packages", "%s", wrapList(pairs(f.Packages, " "), 88))
 	} else if f.Python != nil {
 		t.row("Packages", "none of torch, jax, nvidia-*, numpy, triton installed")
 	}
@@ -213,11 +220,7 @@ func (t *text) packages() {
 func (t *text) env() {
 	f := t.f
 	if len(f.Env) > 0 {
-		var es []string
-		for _, k := range slices.Sorted(maps.Keys(f.Env)) {
-			es = append(es, k+"="+f.Env[k])
-		}
-		t.row("Env", "%s", strings.Join(es, "\n"))
+		t.row("Env", "%s", strings.Join(pairs(f.Env, "="), "\n"))
 	} else if f.Env != nil {
 		t.row("Env", "no NCCL_/GOCL_/XLA_/CUDA_ variables set")
 	}

@@ -2,6 +2,8 @@ package render
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -30,6 +32,15 @@ func nonEmpty(ss ...string) []string {
 		if strings.TrimSpace(s) != "" && s != "linux " {
 			out = append(out, s)
 		}
+	}
+	return out
+}
+
+// pairs lists m's entries as key+sep+value, sorted by key.
+func pairs(m map[string]string, sep string) []string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, k+sep+m[k])
 	}
 	return out
 }

@@ -7,22 +7,28 @@ import (
 	"strings"
 )
 
+// A tag is the coloured word in front of a verdict or a finding; the ""
+// entry serves every other value.
+type tag struct{ color, word string }
+
+var (
+	statusTags   = map[string]tag{"fail": {red, "FAIL"}, "note": {cyan, "note"}, "pass": {green, "ok  "}, "": {dim, "skip"}}
+	severityTags = map[string]tag{"error": {red, "ERROR"}, "warning": {yellow, "WARN "}, "": {cyan, "INFO "}}
+)
+
+func (t *text) tag(tags map[string]tag, value string) string {
+	g, ok := tags[value]
+	if !ok {
+		g = tags[""]
+	}
+	return t.p.c(g.color, g.word)
+}
+
 // checks writes one verdict line per check of the knowledge base.
 func (t *text) checks() {
 	t.b.WriteString("\nChecks\n")
 	for _, v := range t.r.Checks {
-		var tag string
-		switch v.Status {
-		case "fail":
-			tag = t.p.c(red, "FAIL")
-		case "note":
-			tag = t.p.c(cyan, "note")
-		case "pass":
-			tag = t.p.c(green, "ok  ")
-		default:
-			tag = t.p.c(dim, "skip")
-		}
-		fmt.Fprintf(t.b, "  %s  %-11s %s%s\n", tag, v.Check, v.Title, prefixed(": ", v.Detail))
+		fmt.Fprintf(t.b, "  %s  %-11s %s%s\n", t.tag(statusTags, v.Status), v.Check, v.Title, prefixed(": ", v.Detail))
 	}
 }
 
@@ -33,16 +39,7 @@ func (t *text) findings() {
 	}
 	t.b.WriteString("\nFindings\n")
 	for _, fd := range t.r.Findings {
-		var tag string
-		switch fd.Severity {
-		case "error":
-			tag = t.p.c(red, "ERROR")
-		case "warning":
-			tag = t.p.c(yellow, "WARN ")
-		default:
-			tag = t.p.c(cyan, "INFO ")
-		}
-		fmt.Fprintf(t.b, "  %s %s: %s\n", tag, t.p.c(bold, fd.ID), fd.Message)
+		fmt.Fprintf(t.b, "  %s %s: %s\n", t.tag(severityTags, fd.Severity), t.p.c(bold, fd.ID), fd.Message)
 		for i, l := range strings.Split(fd.Fix, "\n") {
 			lead := "        fix: "
 			if i > 0 {
