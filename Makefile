@@ -12,18 +12,20 @@ VENV    := .venv
 PY      := $(VENV)/bin/python
 PYLIB   := python/gocl/_native/libgocl.so
 PYDOCTOR := python/gocl/_native/gocl-doctor
+PYPERF  := python/gocl/_native/gocl-perf
+PERF_SOURCES := bench/gocl_perf.c bench/perf_common.h tests/c/launch.c tests/c/launch.h capi/gocl.h
 DOCTOR_SOURCES := $(shell find cmd/gocl-doctor doctor -type f 2>/dev/null) go.mod $(wildcard go.sum)
 
 .PHONY: help lib run perf test test-go test-race test-c test-python test-torch27 venv pylib fuzz bench mpi clean
 
 help:
 	@echo "make run    - set up .venv, then the main job: examples/ddp_train.py (DDP) on 4 local ranks over gocl, then gloo"
-	@echo "make perf   - the C API's 4-rank allreduce benchmark (nccl-tests columns, results checked)"
+	@echo "make perf   - gocl-perf all_reduce on 4 processes (nccl-tests columns, results checked); gocl perf runs any collective"
 	@echo "make test   - build, then every test: Go (unit, multi-process, -race), fuzz seeds, C API over 1..5 processes, Python"
 	@echo "make lib    - $(BUILD)/libgocl.so and $(BUILD)/include/gocl.h"
 	@echo "make venv   - $(VENV) (uv) with gocl installed editable, extras torch, jax, test; rebuilds $(PYLIB) when Go changes"
 	@echo "make test-python - the Python suite (numpy API, launcher, pytest plugin, packaging, torch backend) in $(VENV)"
-	@echo "make bench  - gocl vs OpenMPI allreduce side by side (installs OpenMPI from Debian if missing)"
+	@echo "make bench  - gocl vs OpenMPI allreduce side by side, 2 and 4 ranks, checked against the goals (installs OpenMPI if missing)"
 	@echo "make fuzz   - run each fuzz target for FUZZTIME (default 30s)"
 
 lib: $(BUILD)/libgocl.so $(BUILD)/include/gocl.h
@@ -36,8 +38,9 @@ $(BUILD)/libgocl.so: $(SOURCES)
 # The library the Python package loads (python/gocl/_native/, a build output).
 # Built beside it and renamed over it: a Python process that has the old one
 # mapped keeps it instead of crashing on a rewritten file.
-# gocl-doctor (NVML via go-nvml, never inside libgocl.so) sits next to it.
-pylib: $(PYLIB) $(PYDOCTOR)
+# gocl-doctor (NVML via go-nvml, never inside libgocl.so) and gocl-perf (the
+# benchmark `gocl perf` runs, linked to the libgocl.so beside it) sit next to it.
+pylib: $(PYLIB) $(PYDOCTOR) $(PYPERF)
 
 $(PYLIB): $(SOURCES)
 	@mkdir -p $(@D)
@@ -50,10 +53,14 @@ $(PYDOCTOR): $(DOCTOR_SOURCES)
 	CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" $(GO) build -trimpath -o $(@D)/.tmp-gocl-doctor ./cmd/gocl-doctor
 	@mv -f $(@D)/.tmp-gocl-doctor $@
 
+$(PYPERF): $(PERF_SOURCES) $(PYLIB)
+	$(CC) -O2 -Wall -Wextra -Icapi -Itests/c bench/gocl_perf.c tests/c/launch.c -L$(@D) -lgocl -lpthread -lm $(RPATH) -o $(@D)/.tmp-gocl-perf
+	@mv -f $(@D)/.tmp-gocl-perf $@
+
 # uv comes from PyPI when missing; an existing .venv is reused. The editable
-# install's build hook (hatch_build.py) builds $(PYLIB) and $(PYDOCTOR) too;
+# install's build hook (hatch_build.py) builds $(PYLIB), $(PYDOCTOR) and $(PYPERF) too;
 # their rules keep them fresh afterwards when only Go sources change.
-venv: $(VENV)/.gocl-installed $(PYLIB) $(PYDOCTOR)
+venv: $(VENV)/.gocl-installed $(PYLIB) $(PYDOCTOR) $(PYPERF)
 
 $(VENV)/.gocl-installed: pyproject.toml hatch_build.py
 	@$(UV) --version >/dev/null 2>&1 || $(PYTHON3) -m pip install --quiet uv
@@ -71,11 +78,11 @@ $(BUILD)/gocl_test: tests/c/gocl_test.c tests/c/launch.c tests/c/launch.h lib
 $(BUILD)/fork_test: tests/c/fork_test.c lib
 	$(CC) $(CFLAGS) $< -L$(BUILD) -lgocl $(RPATH) -o $@
 
+$(BUILD)/gocl-perf: $(PERF_SOURCES) lib
+	$(CC) $(CFLAGS) bench/gocl_perf.c tests/c/launch.c -L$(BUILD) -lgocl -lpthread -lm $(RPATH) -o $@
+
 $(BUILD)/env_test: tests/c/env_test.c lib
 	$(CC) $(CFLAGS) $< -L$(BUILD) -lgocl -lpthread $(RPATH) -o $@
-
-$(BUILD)/allreduce_perf: bench/allreduce_perf.c tests/c/launch.c tests/c/launch.h lib
-	$(CC) $(CFLAGS) bench/allreduce_perf.c tests/c/launch.c -L$(BUILD) -lgocl $(RPATH) -o $@
 
 # A stand-in libnvidia-ml.so.1 (no driver needed) for libgocl's NVML reader
 # (capi/nvml.c); tests/python/test_nvml_shim.py puts it on LD_LIBRARY_PATH.
@@ -84,17 +91,17 @@ $(FAKE_NVML): tests/c/fake_nvml.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -shared -fPIC -Wl,-soname,libnvidia-ml.so.1 $< -o $@
 
-$(BUILD)/mpi_allreduce_perf: bench/mpi_allreduce_perf.c
+$(BUILD)/mpi-perf: bench/mpi_perf.c bench/perf_common.h
 	@command -v mpicc >/dev/null || $(MAKE) mpi
-	mpicc -O2 $< -o $@
+	mpicc -O2 -Wall $< -lm -o $@
 
 # The main job: DDP training on 4 local ranks over gocl, then over gloo.
 run: venv
 	$(VENV)/bin/gocl run -n 4 -- $(PY) examples/ddp_train.py
 
-# The C API's own benchmark (4 ranks, results checked): nccl-tests columns.
-perf: $(BUILD)/allreduce_perf
-	$(BUILD)/allreduce_perf -n 4 -b 8 -e 64M -f 4 -c 1
+# The C API's own benchmark (4 processes, results checked): nccl-tests columns.
+perf: $(BUILD)/gocl-perf
+	$(BUILD)/gocl-perf all_reduce -P 4 -b 8 -e 64M -f 4 -c 1
 
 test: test-go test-race test-c test-python test-torch27
 
@@ -132,8 +139,12 @@ fuzz:
 	$(GO) test -run XXX -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./runtime/wire
 	$(GO) test -run XXX -fuzz FuzzReadMsg -fuzztime $(FUZZTIME) ./runtime/bootstrap
 
-bench: $(BUILD)/allreduce_perf $(BUILD)/mpi_allreduce_perf
-	bash bench/compare.sh
+# gocl-perf against OpenMPI's MPI_Allreduce, alternated; writes bench/RESULTS.md,
+# bench/results.json (and bench/busbw.png with matplotlib). BENCH_ARGS: see
+# python3 bench/compare.py --help (e.g. --ranks 2,4,8 --rounds 5).
+BENCH_PY := $(if $(wildcard $(PY)),$(PY),$(PYTHON3))
+bench: $(BUILD)/gocl-perf
+	$(BENCH_PY) bench/compare.py $(BENCH_ARGS)
 
 # OpenMPI, the anchor the benchmarks compare against (Debian's packages).
 mpi:

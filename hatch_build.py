@@ -7,7 +7,9 @@ ctypes, so the wheel does not depend on the Python version or ABI.
 
 It also builds the ``gocl-doctor`` executable (./cmd/gocl-doctor, NVML through
 go-nvml, kept out of libgocl.so on purpose) next to it, which ``gocl doctor``
-runs; GOCL_BUILD_DOCTOR=0 skips it.
+runs; GOCL_BUILD_DOCTOR=0 skips it. And ``gocl-perf`` (bench/gocl_perf.c, C
+over gocl.h, linked to the libgocl.so beside it through rpath $ORIGIN), which
+``gocl perf`` runs; CC picks the compiler.
 
 Editable installs (``uv pip install -e .``) build both in place; the package
 directory is put on sys.path, so the fresh library is what loads. Needs Go
@@ -27,6 +29,8 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 NATIVE = Path("python") / "gocl" / "_native"
 LIBRARY = "libgocl.so"
 DOCTOR = "gocl-doctor"
+PERF = "gocl-perf"
+PERF_SOURCES = ["bench/gocl_perf.c", "tests/c/launch.c"]
 
 
 def platform_tag() -> str:
@@ -78,6 +82,26 @@ def build_doctor(root: Path) -> Path | None:
     return target
 
 
+def build_perf(root: Path) -> Path | None:
+    """The gocl-perf executable (needs libgocl.so built), or None where the tree has no sources for it."""
+    if not all((root / src).is_file() for src in PERF_SOURCES):
+        return None
+    target = root / NATIVE / PERF
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        raise RuntimeError("gocl: building gocl-perf needs a C compiler (cc or gcc on PATH, or CC=...)")
+    tmp = target.parent / f".{PERF}.{os.getpid()}.tmp"
+    cmd = [cc, "-O2", "-Wall", "-Icapi", "-Itests/c", *PERF_SOURCES, f"-L{NATIVE}", "-lgocl", "-lpthread", "-lm",
+           "-Wl,-rpath,$ORIGIN", "-o", str(tmp)]
+    print("gocl: " + " ".join(cmd), flush=True)
+    try:
+        subprocess.run(cmd, cwd=root, check=True)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
 class GoBuildHook(BuildHookInterface):
     PLUGIN_NAME = "custom"
 
@@ -86,6 +110,7 @@ class GoBuildHook(BuildHookInterface):
             return  # the sdist ships the Go sources; its wheel builds them
         root = Path(self.root)
         built = [build_library(root), build_doctor(root)]
+        built.append(build_perf(root))
         build_data["pure_python"] = False
         build_data["tag"] = f"py3-none-{platform_tag()}"
         if version != "editable":

@@ -1,42 +1,102 @@
 /*
- * perf_common.h — what allreduce_perf.c (gocl) and mpi_allreduce_perf.c
- * share, so that their rows compare: options, size steps, the iteration
- * policy, input data, timing and the nccl-tests columns; each program only
- * supplies its allreduce (perf_lib_t). Header only: each program includes it
- * once, so both build from a single .c file.
+ * perf_common.h — what gocl_perf.c (gocl-perf) and mpi_perf.c (mpi-perf)
+ * share, so that their rows compare: options, collectives, size steps, the
+ * iteration policy, input data and checks, timing, the nccl-tests table and
+ * the JSON. Each program only supplies its calls (perf_lib_t). Header only:
+ * each program includes it once, so both build from a single .c file.
  *
- * Options (nccl-tests letters, except -n ranks and -i iterations, which
- * nccl-tests spells -n iters and -i stepbytes):
- *   -n ranks (gocl; MPI takes mpirun -np)  -b minbytes (8)  -e maxbytes (64M)
- *   -f step factor (2)  -w warmup iters (5)  -i iters (20)  -d type (float)
- *   -c check 0/1 (1)  -T wall-clock limit in seconds (gocl, 600)
+ * Usage: PROG COLLECTIVE [options], COLLECTIVE one of all_reduce, all_gather,
+ * broadcast, reduce, reduce_scatter, alltoall, sendrecv. Options are
+ * nccl-tests' (same letters and long names):
+ *   -b minbytes (8)  -e maxbytes (128M)  -f step factor (2)  -i step bytes
+ *   (used when -f is 1)  -n iters (20)  -w warmup iters (5)  -c check 0/1 (1)
+ *   -o sum|prod|max|min|avg (sum)  -d float|half|bfloat16|double|int8|uint8|
+ *   int32|uint32|int64|uint64 (float)  -r root (0)  -a 0|1|2|3: the time
+ *   reported is rank 0's, the mean, the min or the max over ranks (1)
+ *   -g ranks as threads of each process (1)  -T timeout in seconds (600)
+ * and gocl's own: -P N start N processes of this program (gocl-perf only),
+ * --json print JSON instead of the table, --json=FILE write it to FILE too.
  * Sizes take K, M, G suffixes (powers of 1024).
  *
- * Columns: size (B), count, type, redop, root, then for out-of-place and for
- * in-place: time (us), algbw, busbw (GB/s, GB = 1e9 B), #wrong. time is the
- * mean over a loop of back-to-back calls, the slowest rank's;
- * busbw = algbw * 2(n-1)/n; #wrong sums the wrong elements over the ranks.
+ * Columns (nccl-tests'): size (B), count, type, redop, root, then for
+ * out-of-place and for in-place: time (us), algbw, busbw (GB/s, GB = 1e9 B),
+ * #wrong. size and count follow nccl-tests: size is the larger of the send
+ * and receive buffers, count the count argument of the call (per rank for
+ * all_gather, reduce_scatter and alltoall). algbw = size / time; busbw =
+ * algbw * nccl-tests' factor (perf_colls). Sizes whose count is 0 are
+ * skipped. The time is the mean over a loop of back-to-back calls; #wrong
+ * sums the wrong elements over the ranks (N/A: not checked, or a phase the
+ * collective does not have: alltoall has none, and sendrecv's would
+ * send and receive one buffer in one group, a race). The footer
+ * counts the phases with wrong elements and averages busbw over all phases.
  */
 #ifndef GOCL_PERF_COMMON_H_
 #define GOCL_PERF_COMMON_H_
 
 #include <getopt.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+/* --------------------------------------------------------- collectives */
+
+typedef enum { PC_ALL_REDUCE, PC_ALL_GATHER, PC_BROADCAST, PC_REDUCE, PC_REDUCE_SCATTER, PC_ALLTOALL, PC_SENDRECV } perf_coll_t;
+
+typedef struct {
+  const char* name;
+  int reduces;   /* takes -o */
+  int rooted;    /* takes -r */
+  int in_place;  /* has an in-place form */
+  int bus_twice; /* busbw factor 2(n-1)/n (all_reduce) */
+  int bus_nm1;   /* busbw factor (n-1)/n; neither: 1 */
+} perf_coll_info_t;
+
+static const perf_coll_info_t perf_colls[] = {
+    [PC_ALL_REDUCE] = {"all_reduce", 1, 0, 1, 1, 0},     [PC_ALL_GATHER] = {"all_gather", 0, 0, 1, 0, 1},
+    [PC_BROADCAST] = {"broadcast", 0, 1, 1, 0, 0},       [PC_REDUCE] = {"reduce", 1, 1, 1, 0, 0},
+    [PC_REDUCE_SCATTER] = {"reduce_scatter", 1, 0, 1, 0, 1}, [PC_ALLTOALL] = {"alltoall", 0, 0, 0, 0, 1},
+    [PC_SENDRECV] = {"sendrecv", 0, 0, 0, 0, 0},
+};
+#define PERF_NCOLLS (int)(sizeof perf_colls / sizeof perf_colls[0])
+
+static double perf_bus_factor(perf_coll_t c, int n) {
+  if (perf_colls[c].bus_twice) return 2.0 * (n - 1) / n;
+  if (perf_colls[c].bus_nm1) return (double)(n - 1) / n;
+  return 1.0;
+}
+
+/* Element counts of one call for a sweep step of `count` elements (nccl-tests'
+ * rules): send and recv buffer lengths, the count argument, and where the
+ * in-place send and recv start (these offsets times the rank). */
+typedef struct {
+  size_t send, recv, param, send_ip, recv_ip;
+} perf_counts_t;
+
+static perf_counts_t perf_counts(perf_coll_t c, size_t count, int n) {
+  size_t per = count / (size_t)n;
+  switch (c) {
+    case PC_ALL_GATHER: return (perf_counts_t){per, per * n, per, per, 0};
+    case PC_REDUCE_SCATTER: return (perf_counts_t){per * n, per, per, 0, per};
+    case PC_ALLTOALL: return (perf_counts_t){per * n, per * n, per, 0, 0};
+    default: return (perf_counts_t){count, count, count, 0, 0};
+  }
+}
+
 /* ------------------------------------------------------------- options */
 
 typedef struct {
-  int nranks; /* 0 when -n was not given */
-  size_t minbytes, maxbytes;
+  perf_coll_t coll;
+  size_t minbytes, maxbytes, stepbytes;
   int factor;
-  int warmup, iters;
-  int type; /* index in perf_types */
-  int check;
+  int iters, warmup, check;
+  int type, op, root, average;
+  int nthreads, nprocs; /* -g, -P (0: not given) */
   double timeout_s;
+  int json;              /* JSON instead of the table on stdout */
+  const char* json_file; /* NULL, or where the JSON goes too */
 } perf_opts_t;
 
 /* In goclDataType_t order, names as nccl-tests prints them. */
@@ -45,24 +105,44 @@ typedef struct {
   const char* name;
   size_t size;
   perf_kind_t kind;
+  int mantissa; /* bits, floating types */
 } perf_type_t;
 
 static const perf_type_t perf_types[] = {
-    {"int8", 1, PK_SIGNED},   {"uint8", 1, PK_UNSIGNED}, {"int32", 4, PK_SIGNED}, {"uint32", 4, PK_UNSIGNED},
-    {"int64", 8, PK_SIGNED},  {"uint64", 8, PK_UNSIGNED}, {"half", 2, PK_HALF},   {"float", 4, PK_FLOAT},
-    {"double", 8, PK_DOUBLE}, {"bfloat16", 2, PK_BF16},
+    {"int8", 1, PK_SIGNED, 0},   {"uint8", 1, PK_UNSIGNED, 0}, {"int32", 4, PK_SIGNED, 0},
+    {"uint32", 4, PK_UNSIGNED, 0}, {"int64", 8, PK_SIGNED, 0},  {"uint64", 8, PK_UNSIGNED, 0},
+    {"half", 2, PK_HALF, 10},    {"float", 4, PK_FLOAT, 23},   {"double", 8, PK_DOUBLE, 52},
+    {"bfloat16", 2, PK_BF16, 7},
 };
 #define PERF_NTYPES (int)(sizeof perf_types / sizeof perf_types[0])
 
-static void perf_usage(const char* argv0) {
-  fprintf(stderr,
-          "usage: %s [-n ranks] [-b minbytes] [-e maxbytes] [-f factor] [-w warmup] [-i iters]\n"
-          "          [-d int8|uint8|int32|uint32|int64|uint64|half|float|double|bfloat16] [-c 0|1] [-T seconds]\n",
-          argv0);
+/* In goclRedOp_t (and ncclRedOp_t) order. */
+enum { PO_SUM, PO_PROD, PO_MAX, PO_MIN, PO_AVG };
+static const char* const perf_ops[] = {"sum", "prod", "max", "min", "avg"};
+#define PERF_NOPS (int)(sizeof perf_ops / sizeof perf_ops[0])
+
+static const char* perf_prog = "perf";
+
+static void perf_usage(FILE* f) {
+  fprintf(f,
+          "usage: %s all_reduce|all_gather|broadcast|reduce|reduce_scatter|alltoall|sendrecv\n"
+          "         [-b minbytes] [-e maxbytes] [-f stepfactor] [-i stepbytes] [-n iters] [-w warmup]\n"
+          "         [-c 0|1] [-o sum|prod|max|min|avg] [-r root] [-a 0|1|2|3]\n"
+          "         [-d float|half|bfloat16|double|int8|uint8|int32|uint32|int64|uint64]\n"
+          "         [-g ranks-per-process] [-P processes] [-T seconds] [--json[=FILE]]\n"
+          "Sizes take K, M, G suffixes. Ranks: -g N threads of this process, -P N processes, or one\n"
+          "process per rank started by `gocl run -n N` or torchrun (RANK, WORLD_SIZE, MASTER_ADDR,\n"
+          "MASTER_PORT).\n",
+          perf_prog);
+}
+
+static void perf_bad(const char* what, const char* value, const char* fix) {
+  fprintf(stderr, "%s: %s %s: %s\n", perf_prog, what, value, fix);
+  perf_usage(stderr);
   exit(2);
 }
 
-static size_t perf_parse_size(const char* s, const char* argv0) {
+static size_t perf_parse_size(const char* s, const char* flag) {
   char* end;
   unsigned long long v = strtoull(s, &end, 10);
   switch (*end) {
@@ -71,56 +151,110 @@ static size_t perf_parse_size(const char* s, const char* argv0) {
     case 'K': case 'k': v <<= 10; end++; break;
     default: break;
   }
-  if (end == s || *end != '\0') perf_usage(argv0);
+  if (end == s || *end != '\0' || s[0] == '-') perf_bad(flag, s, "give a byte count such as 8, 64K, 128M or 1G");
   return (size_t)v;
 }
 
-static int perf_parse_type(const char* s, const char* argv0) {
-  for (int i = 0; i < PERF_NTYPES; i++)
-    if (strcmp(perf_types[i].name, s) == 0) return i;
-  perf_usage(argv0);
+static int perf_parse_int(const char* s, const char* flag, int lo, int hi) {
+  char* end;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end != '\0' || v < lo || v > hi) {
+    char fix[96];
+    snprintf(fix, sizeof fix, "give an integer from %d to %d", lo, hi);
+    perf_bad(flag, s, fix);
+  }
+  return (int)v;
+}
+
+static int perf_lookup(const char* s, const char* const* names, size_t stride, int n) {
+  for (int i = 0; i < n; i++)
+    if (strcmp(*(const char* const*)((const char*)names + i * stride), s) == 0) return i;
   return -1;
 }
 
 static perf_opts_t perf_parse(int argc, char** argv) {
-  perf_opts_t o = {0, 8, (size_t)64 << 20, 2, 5, 20, perf_parse_type("float", argv[0]), 1, 600};
-  int ch;
-  while ((ch = getopt(argc, argv, "n:b:e:f:w:i:d:c:T:")) != -1) {
+  static const struct option longopts[] = {
+      {"minbytes", required_argument, 0, 'b'}, {"maxbytes", required_argument, 0, 'e'},
+      {"stepbytes", required_argument, 0, 'i'}, {"stepfactor", required_argument, 0, 'f'},
+      {"iters", required_argument, 0, 'n'},    {"warmup_iters", required_argument, 0, 'w'},
+      {"check", required_argument, 0, 'c'},    {"op", required_argument, 0, 'o'},
+      {"datatype", required_argument, 0, 'd'}, {"root", required_argument, 0, 'r'},
+      {"average", required_argument, 0, 'a'},  {"ngpus", required_argument, 0, 'g'},
+      {"nprocs", required_argument, 0, 'P'},   {"timeout", required_argument, 0, 'T'},
+      {"json", optional_argument, 0, 'J'},     {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0},
+  };
+  perf_opts_t o = {PC_ALL_REDUCE, 8, (size_t)128 << 20, (size_t)1 << 20, 2, 20, 5, 1, 7 /* float */, PO_SUM, 0, 1,
+                   1, 0, 600, 0, NULL};
+  int ch, idx;
+  const char* coll = NULL;
+  if (argc > 1 && argv[1][0] != '-') { /* the collective comes first */
+    coll = argv[1];
+    argv[1] = argv[0];
+    argv++;
+    argc--;
+  }
+  while ((ch = getopt_long(argc, argv, "b:e:i:f:n:w:c:o:d:r:a:g:P:T:h", longopts, &idx)) != -1) {
     switch (ch) {
-      case 'n': o.nranks = atoi(optarg); break;
-      case 'b': o.minbytes = perf_parse_size(optarg, argv[0]); break;
-      case 'e': o.maxbytes = perf_parse_size(optarg, argv[0]); break;
-      case 'f': o.factor = atoi(optarg); break;
-      case 'w': o.warmup = atoi(optarg); break;
-      case 'i': o.iters = atoi(optarg); break;
-      case 'd': o.type = perf_parse_type(optarg, argv[0]); break;
-      case 'c': o.check = atoi(optarg); break;
-      case 'T': o.timeout_s = atof(optarg); break;
-      default: perf_usage(argv[0]);
+      case 'b': o.minbytes = perf_parse_size(optarg, "-b (minbytes)"); break;
+      case 'e': o.maxbytes = perf_parse_size(optarg, "-e (maxbytes)"); break;
+      case 'i': o.stepbytes = perf_parse_size(optarg, "-i (stepbytes)"); break;
+      case 'f': o.factor = perf_parse_int(optarg, "-f (stepfactor)", 1, 1 << 20); break;
+      case 'n': o.iters = perf_parse_int(optarg, "-n (iters)", 1, 1 << 30); break;
+      case 'w': o.warmup = perf_parse_int(optarg, "-w (warmup_iters)", 0, 1 << 30); break;
+      case 'c': o.check = perf_parse_int(optarg, "-c (check)", 0, 1 << 20); break;
+      case 'r': o.root = perf_parse_int(optarg, "-r (root)", 0, 1 << 30); break;
+      case 'a': o.average = perf_parse_int(optarg, "-a (average)", 0, 3); break;
+      case 'g': o.nthreads = perf_parse_int(optarg, "-g (ranks per process)", 1, 1024); break;
+      case 'P': o.nprocs = perf_parse_int(optarg, "-P (processes)", 1, 1024); break;
+      case 'T': o.timeout_s = perf_parse_int(optarg, "-T (timeout)", 1, 1 << 30); break;
+      case 'o':
+        o.op = perf_lookup(optarg, perf_ops, sizeof perf_ops[0], PERF_NOPS);
+        if (o.op < 0) perf_bad("-o (op)", optarg, "use sum, prod, max, min or avg");
+        break;
+      case 'd':
+        o.type = perf_lookup(optarg, &perf_types[0].name, sizeof perf_types[0], PERF_NTYPES);
+        if (o.type < 0)
+          perf_bad("-d (datatype)", optarg,
+                   "use float, half, bfloat16, double, int8, uint8, int32, uint32, int64 or uint64");
+        break;
+      case 'J':
+        if (optarg == NULL) o.json = 1;
+        else o.json_file = optarg;
+        break;
+      case 'h': perf_usage(stdout); exit(0);
+      default: perf_usage(stderr); exit(2);
     }
   }
-  if (optind != argc || o.nranks < 0 || o.minbytes < 1 || o.maxbytes < o.minbytes || o.factor < 2 ||
-      o.warmup < 0 || o.iters < 1 || o.timeout_s <= 0)
-    perf_usage(argv[0]);
+  if (coll == NULL && optind < argc) coll = argv[optind++];
+  if (optind < argc) perf_bad("unexpected argument", argv[optind], "options follow the collective");
+  if (coll == NULL) perf_bad("missing", "collective", "name one first, e.g. all_reduce");
+  o.coll = (perf_coll_t)perf_lookup(coll, &perf_colls[0].name, sizeof perf_colls[0], PERF_NCOLLS);
+  if ((int)o.coll < 0)
+    perf_bad("unknown collective", coll,
+             "use all_reduce, all_gather, broadcast, reduce, reduce_scatter, alltoall or sendrecv");
+  if (o.minbytes < 1) perf_bad("-b (minbytes)", "0", "give at least 1");
+  if (o.maxbytes < o.minbytes) perf_bad("-e (maxbytes)", "is below -b", "give -e >= -b");
+  if (o.factor == 1 && o.stepbytes < 1) perf_bad("-i (stepbytes)", "0", "give at least 1 with -f 1");
   return o;
 }
 
 /* ------------------------------------------------------ iteration policy */
 
 /* Each timed loop moves at most PERF_LOOP_BYTES per rank, so a sweep to
- * 64 MiB on 4 ranks sharing 2 cores takes seconds, not minutes: up to
- * 12.8 MiB every size runs the -i iterations, 64 MiB runs 4. Never fewer
+ * 128 MiB on ranks sharing few cores takes seconds, not minutes: up to
+ * 12.8 MiB every size runs the -n iterations, 64 MiB runs 4. Never fewer
  * than 2 iterations; warmup gets a quarter of that budget, at least 1. */
 #define PERF_LOOP_BYTES ((size_t)256 << 20)
 
 static int perf_iters(const perf_opts_t* o, size_t bytes) {
-  size_t cap = PERF_LOOP_BYTES / bytes;
+  size_t cap = PERF_LOOP_BYTES / (bytes ? bytes : 1);
   if (cap < 2) cap = 2;
   return (size_t)o->iters < cap ? o->iters : (int)cap;
 }
 
 static int perf_warmup(const perf_opts_t* o, size_t bytes) {
-  size_t cap = PERF_LOOP_BYTES / 4 / bytes;
+  size_t cap = PERF_LOOP_BYTES / 4 / (bytes ? bytes : 1);
   if (cap < 1) cap = 1;
   return (size_t)o->warmup < cap ? o->warmup : (int)cap;
 }
@@ -133,8 +267,15 @@ static double perf_now_us(void) {
 
 /* ---------------------------------------------------------------- data */
 
-/* Small non-negative integers, exact in every type. */
-static unsigned perf_value(int rank, size_t i) { return (unsigned)((rank + i) % 4); }
+/* Inputs are small non-negative integers, exact in every type, different
+ * for every check (rep) so a call that does nothing fails the check.
+ * Reductions stay below 4 per rank (sums exact in bfloat16 up to 85
+ * ranks); prod multiplies at most one 2 per element. */
+static unsigned perf_value(const perf_opts_t* o, int nranks, int rank, size_t i, int rep) {
+  if (!perf_colls[o->coll].reduces) return (unsigned)((rank * 37u + i + rep * 11u) % 101u);
+  if (o->op == PO_PROD) return (rank + i + rep) % (size_t)(nranks + 1) == 0 ? 2 : 1;
+  return (unsigned)((rank + i + rep) % 4);
+}
 
 static uint16_t perf_half_of(unsigned v) {
   if (v == 0) return 0;
@@ -161,153 +302,333 @@ static void perf_store(const perf_type_t* t, void* buf, size_t i, unsigned v) {
   }
 }
 
-static void perf_fill_input(const perf_type_t* t, void* buf, size_t count, int rank) {
-  for (size_t i = 0; i < count; i++) perf_store(t, buf, i, perf_value(rank, i));
-}
-
-/* The sum over nranks ranks of their inputs. */
-static void perf_fill_expected(const perf_type_t* t, void* buf, size_t count, int nranks) {
-  for (size_t i = 0; i < count; i++) {
-    unsigned sum = 0;
-    for (int r = 0; r < nranks; r++) sum += perf_value(r, i);
-    perf_store(t, buf, i, sum);
+/* Element i of a buffer of type t, as a double (every value we expect fits). */
+static double perf_load(const perf_type_t* t, const void* buf, size_t i) {
+  const char* p = (const char*)buf + i * t->size;
+  uint64_t u = 0;
+  uint32_t bits;
+  uint16_t h;
+  float f;
+  double d;
+  switch (t->kind) {
+    case PK_UNSIGNED: memcpy(&u, p, t->size); return (double)u;
+    case PK_SIGNED:
+      memcpy(&u, p, t->size);
+      if (t->size < 8 && (u >> (8 * t->size - 1)) & 1) u |= ~(uint64_t)0 << (8 * t->size);
+      return (double)(int64_t)u;
+    case PK_FLOAT: memcpy(&f, p, 4); return f;
+    case PK_DOUBLE: memcpy(&d, p, 8); return d;
+    case PK_BF16: memcpy(&h, p, 2); bits = (uint32_t)h << 16; memcpy(&f, &bits, 4); return f;
+    case PK_HALF: {
+      memcpy(&h, p, 2);
+      int e = (h >> 10) & 31, m = h & 1023;
+      double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m + 1024, e - 25);
+      return (h & 0x8000) ? -v : v;
+    }
   }
+  return NAN;
 }
 
-static long perf_count_wrong(const perf_type_t* t, const void* got, const void* exp, size_t count) {
-  long wrong = 0;
-  for (size_t i = 0; i < count; i++)
-    wrong += memcmp((const char*)got + i * t->size, (const char*)exp + i * t->size, t->size) != 0;
-  return wrong;
+/* The reduction over nranks ranks of their element i, as type t computes
+ * it: integers wrap at their width, avg divides (integers truncate). */
+static double perf_reduced(const perf_opts_t* o, const perf_type_t* t, int nranks, size_t i, int rep) {
+  uint64_t acc = 0;
+  double facc = 0;
+  for (int r = 0; r < nranks; r++) {
+    unsigned v = perf_value(o, nranks, r, i, rep);
+    if (r == 0) { acc = v; facc = v; continue; }
+    switch (o->op) {
+      case PO_PROD: acc *= v; facc *= v; break;
+      case PO_MAX: if (v > acc) acc = facc = v; break;
+      case PO_MIN: if (v < acc) acc = facc = v; break;
+      default: acc += v; facc += v; break; /* sum, avg */
+    }
+  }
+  if (t->kind != PK_SIGNED && t->kind != PK_UNSIGNED) return o->op == PO_AVG ? facc / nranks : facc;
+  if (t->size < 8) acc &= ((uint64_t)1 << (8 * t->size)) - 1;
+  if (t->kind == PK_UNSIGNED) return (double)(o->op == PO_AVG ? acc / (uint64_t)nranks : acc);
+  int64_t s = (int64_t)acc;
+  if (t->size < 8 && (acc >> (8 * t->size - 1)) & 1) s = (int64_t)(acc | ~(uint64_t)0 << (8 * t->size));
+  return (double)(o->op == PO_AVG ? s / nranks : s);
 }
 
-/* --------------------------------------------------------------- output */
-
-static void perf_print_header(const char* lib, const perf_opts_t* o, int nranks) {
-  printf("# %s allreduce_perf: nranks %d minBytes %zu maxBytes %zu step: %d(factor) warmup iters: %d iters: %d "
-         "validation: %d\n",
-         lib, nranks, o->minbytes, o->maxbytes, o->factor, o->warmup, o->iters, o->check);
-  printf("# above %.1f MiB fewer iterations: at most %zu MiB per timed loop, at least 2\n#\n",
-         (double)PERF_LOOP_BYTES / o->iters / (1 << 20), PERF_LOOP_BYTES >> 20);
-  printf("#%61s%-34s%s\n", "", "out-of-place", "in-place"); /* centred over their columns */
-  printf("# %10s %13s %9s %7s %7s %8s %7s %7s %6s %8s %7s %7s %6s\n", "size", "count", "type", "redop", "root",
-         "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
-  printf("# %10s %13s %9s %7s %7s %8s %7s %7s %6s %8s %7s %7s %6s\n", "(B)", "(elements)", "", "", "", "(us)",
-         "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
-}
-
-typedef struct {
-  double sum_busbw;
-  int nbw;
-  long wrong;
-} perf_totals_t;
-
-/* One half of a row: time, algbw, busbw, #wrong (wrong < 0: not checked). */
-static void perf_print_phase(perf_totals_t* tot, size_t bytes, int nranks, double us, long wrong) {
-  double algbw = bytes / us / 1e3; /* B/us = 1e6 B/s; GB = 1e9 B */
-  double busbw = algbw * 2.0 * (nranks - 1) / nranks;
-  char wrong_s[24] = "N/A";
-  if (wrong >= 0) snprintf(wrong_s, sizeof wrong_s, "%ld", wrong);
-  printf(us >= 10000 ? " %8.0f" : us >= 100 ? " %8.1f" : " %8.2f", us);
-  printf(" %7.2f %7.2f %6s", algbw, busbw, wrong_s);
-  tot->sum_busbw += busbw;
-  tot->nbw++;
-  if (wrong > 0) tot->wrong += wrong;
-}
-
-static void perf_print_row(perf_totals_t* tot, size_t bytes, size_t count, const char* type, int nranks,
-                           double oop_us, long oop_wrong, double ip_us, long ip_wrong) {
-  printf("  %10zu %13zu %9s %7s %7d", bytes, count, type, "sum", -1);
-  perf_print_phase(tot, bytes, nranks, oop_us, oop_wrong);
-  perf_print_phase(tot, bytes, nranks, ip_us, ip_wrong);
-  printf("\n");
-  fflush(stdout);
-}
-
-static void perf_print_footer(const perf_totals_t* tot, int checked) {
-  if (checked) printf("# Wrong values         : %ld %s\n", tot->wrong, tot->wrong ? "FAILED" : "OK");
-  else printf("# Wrong values         : not checked (-c 0)\n");
-  printf("# Avg bus bandwidth    : %g\n#\n", tot->nbw ? tot->sum_busbw / tot->nbw : 0.0);
+/* avg on floating types rounds once; everything else must be exact. */
+static int perf_equal(const perf_opts_t* o, const perf_type_t* t, double got, double want) {
+  if (got == want) return 1;
+  if (t->mantissa == 0 || o->op != PO_AVG || got != got) return 0;
+  return fabs(got - want) <= ldexp(fabs(want), -t->mantissa);
 }
 
 /* ---------------------------------------------------------------- sweep */
 
-/* What a library under test provides. allreduce is a float/int sum of count
- * elements of the chosen type, in place when send == recv; on failure it
- * reports and exits. */
+/* What a library under test provides. run makes one call of o->coll with
+ * count = the count argument (perf_counts_t.param); in_place: send and recv
+ * point into one buffer at NCCL's in-place offsets. reduce combines one
+ * double per rank: op PO_SUM, PO_MAX or PO_MIN. On failure each reports and
+ * exits. */
 typedef struct {
   const char* name;
   void* ctx;
   int rank, nranks;
-  const perf_type_t* type;
-  void (*allreduce)(void* ctx, const void* send, void* recv, size_t count);
-  double (*max_over_ranks)(void* ctx, double v);
-  long (*sum_over_ranks)(void* ctx, long v);
+  void (*run)(void* ctx, const perf_opts_t* o, const void* send, void* recv, size_t count, int in_place);
+  double (*reduce)(void* ctx, double v, int op);
 } perf_lib_t;
 
-static void perf_loop(const perf_lib_t* l, const void* send, void* recv, size_t count, int iters) {
-  for (int i = 0; i < iters; i++) l->allreduce(l->ctx, send, recv, count);
+typedef struct {
+  double us, algbw, busbw;
+  long wrong; /* -1: not checked */
+  int ran;
+} perf_phase_t;
+
+typedef struct {
+  size_t bytes, count;
+  perf_phase_t phase[2]; /* out of place, in place */
+} perf_row_t;
+
+typedef struct {
+  perf_row_t* rows;
+  int nrows, cap;
+  double sum_busbw;
+  int nbw, nfailed;
+} perf_results_t;
+
+static void perf_fill(const perf_lib_t* l, const perf_opts_t* o, void* buf, size_t n, int rank, int rep) {
+  for (size_t i = 0; i < n; i++) perf_store(&perf_types[o->type], buf, i, perf_value(o, l->nranks, rank, i, rep));
 }
 
-/* Mean time of one call in us, the slowest rank's. A tiny allreduce lines
- * the ranks up; inside the loop nothing separates the calls. */
-static double perf_time(const perf_lib_t* l, const void* send, void* recv, size_t count, int warmup, int iters) {
-  perf_loop(l, send, recv, count, warmup);
-  l->max_over_ranks(l->ctx, 0);
-  double t0 = perf_now_us();
-  perf_loop(l, send, recv, count, iters);
-  return l->max_over_ranks(l->ctx, (perf_now_us() - t0) / iters);
+/* Fills this rank's input for a call of counts c; send/recv point to where
+ * the call reads and writes. The output is poisoned first (0xff bytes are
+ * never an expected value) so stale results never pass a check. */
+static void perf_prepare(const perf_lib_t* l, const perf_opts_t* o, const perf_counts_t* c, void* send, void* recv,
+                         void* recv_base, int in_place, int rep) {
+  size_t ts = perf_types[o->type].size;
+  memset(in_place ? recv_base : recv, 0xff, (in_place ? (c->send > c->recv ? c->send : c->recv) : c->recv) * ts);
+  if (o->coll == PC_BROADCAST && in_place && l->rank != o->root) return; /* the buffer is only output */
+  perf_fill(l, o, send, c->send, l->rank, rep);
 }
 
-/* One more call on fresh inputs; the wrong elements over all ranks. */
-static long perf_check(const perf_lib_t* l, void* send, void* recv, const void* expected, size_t count) {
-  perf_fill_input(l->type, send, count, l->rank);
-  perf_loop(l, send, recv, count, 1);
-  return l->sum_over_ranks(l->ctx, perf_count_wrong(l->type, recv, expected, count));
-}
-
-/* One row: out of place, then in place. Returns the wrong elements. */
-static long perf_size(const perf_lib_t* l, const perf_opts_t* o, perf_totals_t* tot, size_t bytes, void* send,
-                      void* recv, void* expected) {
-  size_t count = bytes / l->type->size;
-  int iters = perf_iters(o, bytes), warmup = perf_warmup(o, bytes);
-  long oop_wrong = -1, ip_wrong = -1;
-
-  perf_fill_input(l->type, send, count, l->rank);
-  double oop_us = perf_time(l, send, recv, count, warmup, iters);
-  if (o->check) {
-    perf_fill_expected(l->type, expected, count, l->nranks);
-    oop_wrong = perf_check(l, send, recv, expected, count);
-  }
-  perf_fill_input(l->type, recv, count, l->rank);
-  double ip_us = perf_time(l, recv, recv, count, warmup, iters);
-  if (o->check) ip_wrong = perf_check(l, recv, recv, expected, count);
-
-  if (l->rank == 0) perf_print_row(tot, bytes, count, l->type->name, l->nranks, oop_us, oop_wrong, ip_us, ip_wrong);
-  return (oop_wrong > 0 ? oop_wrong : 0) + (ip_wrong > 0 ? ip_wrong : 0);
-}
-
-/* The whole sweep; rank 0 prints. Returns 0 if every value was right. */
-static int perf_run(const perf_lib_t* l, const perf_opts_t* o) {
-  perf_totals_t tot = {0, 0, 0};
+/* Wrong elements of this rank's output. */
+static long perf_count_wrong(const perf_lib_t* l, const perf_opts_t* o, const perf_counts_t* c, const void* recv,
+                             int rep) {
+  const perf_type_t* t = &perf_types[o->type];
+  int n = l->nranks, me = l->rank;
+  size_t per = c->param;
   long wrong = 0;
-  void* send = malloc(o->maxbytes);
-  void* recv = malloc(o->maxbytes);
-  void* expected = malloc(o->maxbytes);
-  if (send == NULL || recv == NULL || expected == NULL) {
-    fprintf(stderr, "rank %d: cannot allocate 3 x %zu bytes\n", l->rank, o->maxbytes);
+  if (o->coll == PC_REDUCE && me != o->root) return 0;
+  for (size_t i = 0; i < c->recv; i++) {
+    double want;
+    switch (o->coll) {
+      case PC_ALL_REDUCE:
+      case PC_REDUCE: want = perf_reduced(o, t, n, i, rep); break;
+      case PC_REDUCE_SCATTER: want = perf_reduced(o, t, n, (size_t)me * per + i, rep); break;
+      case PC_BROADCAST: want = perf_value(o, n, o->root, i, rep); break;
+      case PC_ALL_GATHER: want = perf_value(o, n, (int)(i / per), i % per, rep); break;
+      case PC_ALLTOALL: want = perf_value(o, n, (int)(i / per), (size_t)me * per + i % per, rep); break;
+      case PC_SENDRECV: want = perf_value(o, n, (me + n - 1) % n, i, rep); break;
+      default: want = NAN;
+    }
+    wrong += !perf_equal(o, t, perf_load(t, recv, i), want);
+  }
+  return wrong;
+}
+
+/* The time of one phase as -a asks: rank 0's, the mean, the min or the max. */
+static double perf_combine(const perf_lib_t* l, const perf_opts_t* o, double us) {
+  switch (o->average) {
+    case 0: return l->reduce(l->ctx, l->rank == 0 ? us : 0, PO_SUM);
+    case 2: return l->reduce(l->ctx, us, PO_MIN);
+    case 3: return l->reduce(l->ctx, us, PO_MAX);
+    default: return l->reduce(l->ctx, us, PO_SUM) / l->nranks;
+  }
+}
+
+static void perf_phase(const perf_lib_t* l, const perf_opts_t* o, const perf_counts_t* c, void* sendbuf,
+                       void* recvbuf, int in_place, int* rep, perf_phase_t* out) {
+  size_t ts = perf_types[o->type].size;
+  size_t bytes = (c->send > c->recv ? c->send : c->recv) * ts;
+  void* send = in_place ? (char*)recvbuf + c->send_ip * ts * l->rank : sendbuf;
+  void* recv = in_place ? (char*)recvbuf + c->recv_ip * ts * l->rank : recvbuf;
+  int iters = perf_iters(o, bytes), warmup = perf_warmup(o, bytes);
+
+  perf_prepare(l, o, c, send, recv, recvbuf, in_place, 0);
+  for (int i = 0; i < warmup; i++) l->run(l->ctx, o, send, recv, c->param, in_place);
+  l->reduce(l->ctx, 0, PO_SUM); /* lines the ranks up */
+  double t0 = perf_now_us();
+  for (int i = 0; i < iters; i++) l->run(l->ctx, o, send, recv, c->param, in_place);
+  double us = perf_combine(l, o, (perf_now_us() - t0) / iters);
+
+  long wrong = -1;
+  for (int k = 0; k < o->check; k++) {
+    ++*rep;
+    perf_prepare(l, o, c, send, recv, recvbuf, in_place, *rep);
+    l->run(l->ctx, o, send, recv, c->param, in_place);
+    long w = (long)l->reduce(l->ctx, (double)perf_count_wrong(l, o, c, recv, *rep), PO_SUM);
+    wrong = (wrong < 0 ? 0 : wrong) + w;
+  }
+  out->ran = 1;
+  out->us = us;
+  out->algbw = bytes / us / 1e3; /* B/us = 1e6 B/s; GB = 1e9 B */
+  out->busbw = out->algbw * perf_bus_factor(o->coll, l->nranks);
+  out->wrong = wrong;
+}
+
+/* --------------------------------------------------------------- output */
+
+static void perf_print_header(const perf_lib_t* l, const perf_opts_t* o, int nprocs) {
+  printf("# %s %s: nranks %d (processes %d x ranks per process %d)\n", l->name, perf_colls[o->coll].name, l->nranks,
+         nprocs, l->nranks / nprocs);
+  printf("# nThread 1 nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d agg iters: 1 "
+         "validation: %d graph: 0\n",
+         l->nranks / nprocs, o->minbytes, o->maxbytes, o->factor > 1 ? (size_t)o->factor : o->stepbytes,
+         o->factor > 1 ? "factor" : "bytes", o->warmup, o->iters, o->check);
+  printf("# above %.1f MiB fewer iterations: at most %zu MiB per timed loop, at least 2\n#\n",
+         (double)PERF_LOOP_BYTES / o->iters / (1 << 20), PERF_LOOP_BYTES >> 20);
+  printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "", "",
+         "", "");
+  printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size", "count", "type", "redop",
+         "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+  printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)", "(elements)", "", "", "",
+         "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+  fflush(stdout);
+}
+
+static const char* perf_redop_name(const perf_opts_t* o) {
+  return perf_colls[o->coll].reduces ? perf_ops[o->op] : "none";
+}
+
+static int perf_root(const perf_opts_t* o) { return perf_colls[o->coll].rooted ? o->root : -1; }
+
+static void perf_print_row(const perf_opts_t* o, const perf_row_t* r) {
+  printf("%12zu  %12zu  %8s  %6s  %6i", r->bytes, r->count, perf_types[o->type].name, perf_redop_name(o),
+         perf_root(o));
+  for (int p = 0; p < 2; p++) {
+    const perf_phase_t* ph = &r->phase[p];
+    char t[32], w[24] = "N/A";
+    if (!ph->ran) {
+      printf("  %7s  %6s  %6s  %5s", "N/A", "N/A", "N/A", "N/A");
+      continue;
+    }
+    snprintf(t, sizeof t, ph->us >= 10000 ? "%7.0f" : ph->us >= 100 ? "%7.1f" : "%7.2f", ph->us);
+    if (ph->wrong >= 0) snprintf(w, sizeof w, "%ld", ph->wrong);
+    printf("  %7s  %6.2f  %6.2f  %5s", t, ph->algbw, ph->busbw, w);
+  }
+  printf("\n");
+  fflush(stdout);
+}
+
+static double perf_avg_busbw(const perf_results_t* res) { return res->nbw ? res->sum_busbw / res->nbw : 0.0; }
+
+static void perf_print_footer(const perf_results_t* res) {
+  printf("# Out of bounds values : %d %s\n", res->nfailed, res->nfailed ? "FAILED" : "OK");
+  printf("# Avg bus bandwidth    : %g \n#\n", perf_avg_busbw(res));
+}
+
+static void perf_json_phase(FILE* f, const perf_phase_t* ph) {
+  if (!ph->ran) {
+    fprintf(f, "null");
+    return;
+  }
+  fprintf(f, "{\"time_us\": %.6g, \"algbw\": %.6g, \"busbw\": %.6g, \"wrong\": ", ph->us, ph->algbw, ph->busbw);
+  if (ph->wrong >= 0) fprintf(f, "%ld}", ph->wrong);
+  else fprintf(f, "null}");
+}
+
+/* The run as one JSON object (schema in README.md, `gocl perf`). */
+static void perf_write_json(FILE* f, const perf_lib_t* l, const perf_opts_t* o, int nprocs, const perf_results_t* res) {
+  fprintf(f,
+          "{\"tool\": \"gocl-perf\", \"schema\": 1, \"library\": \"%s\", \"collective\": \"%s\", \"nranks\": %d, "
+          "\"nprocs\": %d, \"ranks_per_proc\": %d, \"type\": \"%s\", \"redop\": \"%s\", \"root\": %d, "
+          "\"minbytes\": %zu, \"maxbytes\": %zu, \"stepfactor\": %d, \"iters\": %d, \"warmup_iters\": %d, "
+          "\"check\": %d, \"average\": %d, \"busbw_factor\": %.17g,\n \"rows\": [",
+          l->name, perf_colls[o->coll].name, l->nranks, nprocs, l->nranks / nprocs, perf_types[o->type].name,
+          perf_redop_name(o), perf_root(o), o->minbytes, o->maxbytes, o->factor, o->iters, o->warmup, o->check,
+          o->average, perf_bus_factor(o->coll, l->nranks));
+  for (int i = 0; i < res->nrows; i++) {
+    const perf_row_t* r = &res->rows[i];
+    fprintf(f, "%s\n  {\"size\": %zu, \"count\": %zu, \"out_of_place\": ", i ? "," : "", r->bytes, r->count);
+    perf_json_phase(f, &r->phase[0]);
+    fprintf(f, ", \"in_place\": ");
+    perf_json_phase(f, &r->phase[1]);
+    fprintf(f, "}");
+  }
+  fprintf(f, "],\n \"out_of_bounds\": %d, \"avg_busbw\": %.6g}\n", res->nfailed, perf_avg_busbw(res));
+}
+
+static void perf_record(perf_results_t* res, const perf_row_t* row) {
+  if (res->nrows == res->cap) {
+    res->cap = res->cap * 2 + 16;
+    res->rows = realloc(res->rows, (size_t)res->cap * sizeof *res->rows);
+    if (res->rows == NULL) {
+      fprintf(stderr, "%s: out of memory\n", perf_prog);
+      exit(1);
+    }
+  }
+  res->rows[res->nrows++] = *row;
+  for (int p = 0; p < 2; p++) {
+    if (!row->phase[p].ran) continue;
+    res->sum_busbw += row->phase[p].busbw;
+    res->nbw++;
+    res->nfailed += row->phase[p].wrong > 0;
+  }
+}
+
+/* The whole sweep on one rank; rank 0 prints (nprocs: for the header).
+ * Returns 0 if every value was right. */
+static int perf_run(const perf_lib_t* l, const perf_opts_t* o, int nprocs) {
+  size_t ts = perf_types[o->type].size;
+  size_t bufbytes = o->maxbytes / ts * ts;
+  void* send = malloc(bufbytes ? bufbytes : ts);
+  void* recv = malloc(bufbytes ? bufbytes : ts);
+  perf_results_t res = {NULL, 0, 0, 0, 0, 0};
+  int rep = 0, table = l->rank == 0 && !o->json;
+  if (send == NULL || recv == NULL) {
+    fprintf(stderr, "%s: rank %d: cannot allocate 2 x %zu bytes\n", perf_prog, l->rank, bufbytes);
     exit(1);
   }
-  if (l->rank == 0) perf_print_header(l->name, o, l->nranks);
-  for (size_t bytes = o->minbytes; bytes <= o->maxbytes; bytes *= (size_t)o->factor) {
-    size_t aligned = bytes / l->type->size * l->type->size;
-    if (aligned > 0) wrong += perf_size(l, o, &tot, aligned, send, recv, expected);
+  if (table) perf_print_header(l, o, nprocs);
+  /* As nccl-tests: warm up at the largest and the smallest size first, so
+   * the first row does not carry connection set-up or first-touch costs. */
+  size_t ends[2] = {o->maxbytes, o->minbytes};
+  for (int e = 0; e < 2; e++) {
+    perf_counts_t c = perf_counts(o->coll, ends[e] / ts, l->nranks);
+    if (c.param == 0) continue;
+    perf_prepare(l, o, &c, send, recv, recv, 0, 0);
+    for (int i = perf_warmup(o, c.send * ts); i > 0; i--) l->run(l->ctx, o, send, recv, c.param, 0);
   }
-  if (l->rank == 0) perf_print_footer(&tot, o->check);
+  for (size_t bytes = o->minbytes; bytes <= o->maxbytes;
+       bytes = o->factor > 1 ? bytes * (size_t)o->factor : bytes + o->stepbytes) {
+    perf_counts_t c = perf_counts(o->coll, bytes / ts, l->nranks);
+    if (c.param == 0) continue;
+    perf_row_t row = {.bytes = (c.send > c.recv ? c.send : c.recv) * ts, .count = c.param};
+    perf_phase(l, o, &c, send, recv, 0, &rep, &row.phase[0]);
+    if (perf_colls[o->coll].in_place) perf_phase(l, o, &c, send, recv, 1, &rep, &row.phase[1]);
+    if (l->rank == 0) {
+      perf_record(&res, &row);
+      if (table) perf_print_row(o, &row);
+    }
+  }
+  int failed = 0;
+  if (l->rank == 0) {
+    if (table) perf_print_footer(&res);
+    if (o->json) perf_write_json(stdout, l, o, nprocs, &res);
+    if (o->json_file) {
+      FILE* f = fopen(o->json_file, "w");
+      if (f == NULL) {
+        fprintf(stderr, "%s: cannot write --json=%s: ", perf_prog, o->json_file);
+        perror(NULL);
+        exit(1);
+      }
+      perf_write_json(f, l, o, nprocs, &res);
+      fclose(f);
+    }
+    fflush(stdout);
+    failed = res.nfailed > 0;
+  }
+  free(res.rows);
   free(send);
   free(recv);
-  free(expected);
-  return wrong > 0;
+  /* Every rank's exit status says whether the run failed. */
+  return l->reduce(l->ctx, failed, PO_MAX) > 0;
 }
 
 #endif /* GOCL_PERF_COMMON_H_ */

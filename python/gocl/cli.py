@@ -1,4 +1,4 @@
-"""The ``gocl`` command: ``gocl run`` (launcher), ``gocl version`` and ``gocl doctor``."""
+"""The ``gocl`` command: ``gocl run`` (launcher), ``gocl version``, ``gocl doctor`` and ``gocl perf``."""
 
 from __future__ import annotations
 
@@ -49,6 +49,15 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return doctor_main(extra)
 
 
+def _cmd_perf(args: argparse.Namespace) -> int:
+    from .perf import main as perf_main
+
+    extra = list(args.args)
+    if extra and extra[0] == "--":
+        extra = extra[1:]
+    return perf_main(extra)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gocl", description="gocl: collective communication in Go (NCCL-shaped)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -76,6 +85,13 @@ def parser() -> argparse.ArgumentParser:
         description="Runs the gocl-doctor executable for this Python; its options: gocl doctor --help.")
     doc.add_argument("args", nargs=argparse.REMAINDER, help="gocl-doctor's options (--json, --facts FILE, ...)")
     doc.set_defaults(func=_cmd_doctor)
+
+    perf = sub.add_parser(
+        "perf", add_help=False, help="nccl-tests' benchmark for every collective (the gocl-perf executable)",
+        description="gocl perf all_reduce|all_gather|broadcast|reduce|reduce_scatter|alltoall|sendrecv "
+                    "[nccl-tests options] [--json[=FILE]] [--plot FILE.png [RESULTS.json ...]]; gocl perf --help.")
+    perf.add_argument("args", nargs=argparse.REMAINDER, help="gocl-perf's options")
+    perf.set_defaults(func=_cmd_perf)
     return p
 
 
@@ -83,6 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["doctor"]:  # every option is gocl-doctor's (argparse would claim --help, --json...)
         return _cmd_doctor(argparse.Namespace(args=argv[1:]))
+    if argv[:1] == ["perf"]:  # likewise gocl-perf's (-h, -n, -b, ... are not gocl's)
+        return _cmd_perf(argparse.Namespace(args=argv[1:]))
     p = parser()
     args = p.parse_args(argv)
     if not getattr(args, "func", None):

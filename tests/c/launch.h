@@ -33,6 +33,15 @@ int launch_child(launch_child_t* c);
 int launch_run(int nranks, char* const argv[], const char* const extra_env[], double timeout_s,
                char** reports);
 
+/* A rank started by `gocl run`, torchrun or the pytest plugin: reads RANK
+ * and WORLD_SIZE and gets the unique id the way gocl.Communicator.from_env
+ * does (the same exchange, on the wire too): rank 0 makes it
+ * and serves it on MASTER_PORT (GOCL_MASTER_PORT if set) until every rank
+ * has it; the others fetch it from MASTER_ADDR. With WORLD_SIZE=1 no id is
+ * made. Waits at most timeout_s. Returns 1 with *c filled, 0 when RANK or
+ * WORLD_SIZE is unset, -1 after printing why it failed. */
+int launch_from_env(launch_child_t* c, double timeout_s);
+
 /* Rank: sends one line (at most 512 bytes, '\n' added) to the parent. */
 void launch_report(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -4,6 +4,7 @@ with libgocl.so inside, and that wheel installs and loads in a fresh venv."""
 from __future__ import annotations
 
 import configparser
+import os
 import re
 import shutil
 import subprocess
@@ -55,6 +56,8 @@ def test_wheel_is_python_version_independent(built):
         if (REPO / "cmd" / "gocl-doctor").is_dir():
             assert "gocl/_native/gocl-doctor" in names
             assert z.getinfo("gocl/_native/gocl-doctor").external_attr >> 16 & 0o111, "gocl-doctor not executable"
+        assert "gocl/_native/gocl-perf" in names
+        assert z.getinfo("gocl/_native/gocl-perf").external_attr >> 16 & 0o111, "gocl-perf not executable"
         assert not any(n.endswith("libgocl.h") for n in names)
         assert {"gocl/__init__.py", "gocl/comm.py", "gocl/launcher.py", "gocl/pytest_plugin.py"} <= names
         info = f"gocl-{gocl.__version__}.dist-info"
@@ -66,7 +69,7 @@ def test_wheel_is_python_version_independent(built):
         assert eps["torch.backends"]["gocl"] == "gocl.torch_backend:_autoload"
         assert eps["pytest11"]["gocl"] == "gocl.pytest_plugin"
         meta = z.read(f"{info}/METADATA").decode()
-        for extra in ("torch", "jax", "test"):
+        for extra in ("torch", "jax", "test", "plot"):
             assert f"Provides-Extra: {extra}" in meta
 
 
@@ -100,6 +103,10 @@ def test_wheel_installs_and_loads_in_a_fresh_venv(built, tmp_path):
     assert re.fullmatch(r"\d+\.\d+\.\d+", version) and path.startswith(str(venv))
     r = subprocess.run([str(venv / "bin" / "gocl"), "version"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and f"libgocl {version} ({path})" in r.stdout, r.stdout
+    # gocl-perf finds the libgocl.so beside it (rpath $ORIGIN), wherever the wheel went.
+    r = subprocess.run([str(venv / "bin" / "gocl"), "perf", "all_reduce", "-g", "2", "-e", "64", "-n", "1", "-w", "0"],
+                       capture_output=True, text=True, timeout=60, env=dict(os.environ, LD_LIBRARY_PATH=""))
+    assert r.returncode == 0 and "# Avg bus bandwidth" in r.stdout, r.stdout + r.stderr
     if (REPO / "cmd" / "gocl-doctor").is_dir():
         r = subprocess.run([str(venv / "bin" / "gocl"), "doctor", "--help"], capture_output=True, text=True,
                            timeout=60)
