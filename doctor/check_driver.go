@@ -24,11 +24,8 @@ func (j *judge) checkDriver() outcome {
 		return skip("driver version unknown (NVML missing)")
 	}
 	var needs []driverNeed
-	for _, group := range groupByModel(j.gpus) {
+	for _, group := range j.models() {
 		g := group[0]
-		if !g.ccOK {
-			continue
-		}
 		if min, ok := j.kb.ArchMinimumDriver.minimum(g.cc.String()); ok && j.driver.Less(min) {
 			needs = append(needs, driverNeed{
 				what: fmt.Sprintf("GPU %s (%s, %s)", indices(group), g.Name, g.cc.SM()), min: min, hard: true,

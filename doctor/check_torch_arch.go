@@ -26,11 +26,8 @@ func (j *judge) checkTorchArch() outcome {
 		return skip("torch.cuda.get_arch_list() is empty or missing")
 	}
 	var fine []string
-	for _, group := range groupByModel(j.gpus) {
+	for _, group := range j.models() {
 		g := group[0]
-		if !g.ccOK {
-			continue
-		}
 		v := ArchRunnable(t.ArchList, g.cc)
 		if v.Parsed == 0 {
 			return skip("arch list %v is not CUDA's (ROCm build?)", t.ArchList)

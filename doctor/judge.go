@@ -266,6 +266,17 @@ func names(gs []gpuView) string {
 	return strings.Join(s, ", ")
 }
 
+// models is groupByModel over the GPUs whose compute capability is known.
+func (j *judge) models() [][]gpuView {
+	var out [][]gpuView
+	for _, group := range groupByModel(j.gpus) {
+		if group[0].ccOK {
+			out = append(out, group)
+		}
+	}
+	return out
+}
+
 // groupByModel groups GPUs by name and capability so a pair of identical
 // cards gives one finding.
 func groupByModel(gs []gpuView) [][]gpuView {
