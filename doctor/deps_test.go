@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -14,7 +15,9 @@ func deps(t *testing.T, pkg string) []string {
 	if err != nil {
 		t.Skip("no go command on PATH")
 	}
-	out, err := exec.Command(gobin, "list", "-deps", pkg).CombinedOutput()
+	cmd := exec.Command(gobin, "list", "-deps", pkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1") // capi is cgo: listed as the library is built
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
 	}
