@@ -16,6 +16,7 @@ type driverNeed struct {
 	cuda string // the wheel's CUDA, for soft needs
 }
 
+// checkDriver is check "driver" of kb.json: driver new enough for the installed CUDA wheels.
 func (j *judge) checkDriver() outcome {
 	if j.driver == nil {
 		if len(j.gpus) == 0 {

@@ -12,6 +12,7 @@ import (
 // the Python package, the tests, the doctor).
 var extraGoclVars = []string{"GOCL_LIBRARY", "GOCL_DOCTOR", "GOCL_MASTER_PORT", "GOCL_TORCH_IMPL"}
 
+// checkEnv is check "env" of kb.json: environment variables.
 func (j *judge) checkEnv() outcome {
 	if j.f.Env == nil {
 		return skip("no environment facts")

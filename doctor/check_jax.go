@@ -46,6 +46,7 @@ func (j *judge) jaxPlugin() (string, string) {
 	return "", ""
 }
 
+// checkJAX is check "jax" of kb.json: JAX on this GPU.
 func (j *judge) checkJAX() outcome {
 	x := j.f.JAX
 	if x == nil || x.JAX == "" {

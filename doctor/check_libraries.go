@@ -10,6 +10,7 @@ import (
 
 var soName = regexp.MustCompile(`(lib[\w.+-]*?\.so(?:\.\d+)*)`)
 
+// checkLibraries is check "libraries" of kb.json: shared libraries load.
 func (j *judge) checkLibraries() outcome {
 	var o outcome
 	var ok []string

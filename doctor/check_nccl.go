@@ -1,5 +1,6 @@
 package doctor
 
+// checkNCCL is check "nccl" of kb.json: NCCL version on Blackwell (sm_120).
 func (j *judge) checkNCCL() outcome {
 	sm12 := j.sm12()
 	if len(sm12) == 0 {

@@ -13,6 +13,7 @@ var nvmlErrorFixes = map[string]string{
 	"ERROR_NOT_BUILT":               "This gocl-doctor was built with CGO_ENABLED=0, so it has no NVML: rebuild it with cgo (CGO_ENABLED=1 go build ./cmd/gocl-doctor) or install gocl from a wheel.",
 }
 
+// checkNVML is check "nvml" of kb.json: NVIDIA driver reachable through NVML.
 func (j *judge) checkNVML() outcome {
 	nv := j.f.NVML
 	if nv == nil {

@@ -22,6 +22,7 @@ func consumerOrWorkstation(g gpuView) bool {
 	return strings.Contains(n, "geforce") || strings.Contains(n, " rtx")
 }
 
+// checkP2P is check "p2p" of kb.json: GPU peer-to-peer (P2P) safety.
 func (j *judge) checkP2P() outcome {
 	var o outcome
 	if k := j.f.Kernel; k != nil && k.UVMHMMError != nil && *k.UVMHMMError {

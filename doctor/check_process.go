@@ -5,6 +5,7 @@ import (
 	"strings"
 )
 
+// checkProcess is check "process" of kb.json: process model (fork, Go runtimes).
 func (j *judge) checkProcess() outcome {
 	var o outcome
 	var notes []string

@@ -8,6 +8,7 @@ import (
 	"gocl/doctor/internal/textutil"
 )
 
+// checkTorchArch is check "torch-arch" of kb.json: torch has kernels for every GPU.
 func (j *judge) checkTorchArch() outcome {
 	t := j.f.Torch
 	if t == nil || t.Version == "" {
