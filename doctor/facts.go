@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 )
 
@@ -271,4 +272,20 @@ func LoadFacts(path string) (*Facts, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return f, nil
+}
+
+// DoctorVersion is gocl-doctor's version (reported in facts.doctor).
+const DoctorVersion = "0.1.0"
+
+// NVMLCollector fills the NVML facts (NVML, DriverVersion,
+// CUDADriverVersion, GPUs, P2P, Topology). gocl/doctor/nvmlprobe provides
+// one over go-nvml, libgocl.so one over its own dlopen reader; the doctor
+// package itself has no cgo.
+type NVMLCollector func(f *Facts)
+
+// WriteJSON writes the report as indented JSON (the documented schema).
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
 }

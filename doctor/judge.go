@@ -30,7 +30,7 @@ func skip(format string, a ...any) outcome {
 func (o *outcome) add(rule string, vars map[string]any) { o.hits = append(o.hits, hit{rule, vars}) }
 
 // checks maps each check id of the knowledge base to the Go code that
-// evaluates it. TestEveryCheckHasCode keeps the two in step.
+// evaluates it (check_<id>.go). TestEveryCheckHasCode keeps the two in step.
 var checks = map[string]func(*judge) outcome{
 	"nvml":       (*judge).checkNVML,
 	"libraries":  (*judge).checkLibraries,
@@ -174,7 +174,7 @@ type gpuView struct {
 
 func newJudge(f *Facts, kb *KB) *judge {
 	j := &judge{f: f, kb: kb}
-	for _, g := range effectiveGPUs(f) {
+	for _, g := range EffectiveGPUs(f) {
 		v := gpuView{GPU: g}
 		if c, err := ParseCapability(g.ComputeCapability); err == nil {
 			v.cc, v.ccOK = c, true
@@ -187,8 +187,8 @@ func newJudge(f *Facts, kb *KB) *judge {
 	return j
 }
 
-// effectiveGPUs is NVML's list; without NVML, torch's or JAX's devices.
-func effectiveGPUs(f *Facts) []GPU {
+// EffectiveGPUs is NVML's list; without NVML, torch's or JAX's devices.
+func EffectiveGPUs(f *Facts) []GPU {
 	if len(f.GPUs) > 0 {
 		return f.GPUs
 	}
@@ -266,6 +266,17 @@ func names(gs []gpuView) string {
 	return strings.Join(s, ", ")
 }
 
+// models is groupByModel over the GPUs whose compute capability is known.
+func (j *judge) models() [][]gpuView {
+	var out [][]gpuView
+	for _, group := range groupByModel(j.gpus) {
+		if group[0].ccOK {
+			out = append(out, group)
+		}
+	}
+	return out
+}
+
 // groupByModel groups GPUs by name and capability so a pair of identical
 // cards gives one finding.
 func groupByModel(gs []gpuView) [][]gpuView {
@@ -283,4 +294,30 @@ func groupByModel(gs []gpuView) [][]gpuView {
 		out[i] = groups[k]
 	}
 	return out
+}
+
+func (j *judge) caps(gs []gpuView) []Capability {
+	var out []Capability
+	for _, g := range gs {
+		if g.ccOK {
+			out = append(out, g.cc)
+		}
+	}
+	return out
+}
+
+// ncclNeed is the NCCL floor a recommended torch must meet: 2.27 on
+// multi-GPU sm_120 machines, none otherwise.
+func (j *judge) ncclNeed() string {
+	if len(j.sm12()) >= 2 {
+		return j.kb.NCCL.SM120Recommended
+	}
+	return ""
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }

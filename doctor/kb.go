@@ -248,9 +248,9 @@ func (kb *KB) driverMinimumFor(cuda string) (Version, string, bool) {
 	return v, best, true
 }
 
-// startup reports whether one of rules applies variable name at libgocl's
+// SetAtStartup reports whether one of rules sets variable name at libgocl's
 // startup (runtime/defaults).
-func (kb *KB) startup(name string, rules []string) bool {
+func (kb *KB) SetAtStartup(name string, rules []string) bool {
 	for _, id := range rules {
 		if r := kb.Rule(id); r != nil {
 			for _, e := range r.Env {

@@ -1,7 +1,12 @@
-// Package kernels holds gocl's element-wise reductions: a Reducer applies
-// one op (sum, prod, max, min, avg, premulsum) to buffers of one NCCL
-// datatype, with integers wrapping, NaN winning max/min (numpy's rule) and
-// fp16/bf16 computed in float32 and rounded to nearest even.
+// Package kernels holds gocl's element-wise reductions: a DataType and a
+// RedOp with NCCL's ABI values (gocl.h's goclDataType_t and goclRedOp_t;
+// capi/abi.go fails to compile if they drift apart), and the Reducer that
+// applies one (type, op) pair to byte buffers: Prepare (PreMulSum's scaling),
+// Accumulate (dst = acc op in) and Finalize (Avg's division). Every dispatch
+// on (type, op) happens once in NewReducer, so the algorithms call one
+// function per buffer. Integers wrap, NaN wins max/min (numpy's rule), and
+// float16 and bfloat16 are computed in float32 and rounded to nearest even
+// (F32ToF16, F32ToBF16); Avg on integers truncates.
 //
 // The loops exist twice. The portable Go loops (numeric.go, halfops.go) are
 // the reference and run everywhere. On amd64 with AVX2 and F16C, chosen

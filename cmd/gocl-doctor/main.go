@@ -27,7 +27,9 @@ import (
 	"time"
 
 	"gocl/doctor"
+	"gocl/doctor/collect"
 	"gocl/doctor/nvmlprobe"
+	"gocl/doctor/render"
 	"gocl/runtime/config"
 )
 
@@ -95,7 +97,7 @@ func run(args []string, stdout, stderr io.Writer, nvml doctor.NVMLCollector) int
 				py = p
 			}
 		}
-		facts = doctor.Collect(context.Background(), doctor.Options{
+		facts = collect.Collect(context.Background(), collect.Options{
 			NVML: nvml, Python: py, PythonTimeout: *timeout, PID: *pid,
 		})
 	}
@@ -107,7 +109,7 @@ func run(args []string, stdout, stderr io.Writer, nvml doctor.NVMLCollector) int
 		}
 	} else {
 		color := !*noColor && !noColorEnv() && isTerminal(stdout)
-		report.WriteText(stdout, doctor.TextOptions{Color: color, Source: source})
+		render.Text(stdout, report, render.TextOptions{Color: color, Source: source})
 	}
 	if report.HasErrors() {
 		return exitError

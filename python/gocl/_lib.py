@@ -64,8 +64,9 @@ def config(timeout: float | None = None) -> Config:
     return cfg
 
 
-# name -> (argtypes, restype); every function returns goclResult_t (int)
-# unless stated.
+# name -> argtypes of the functions that return goclResult_t (an int), and
+# of those that return a C string. tests/python/test_abi.py checks both
+# against gocl.h's prototypes.
 _SIGNATURES = {
     "goclGetVersion": [ctypes.POINTER(c_int)],
     "goclGetUniqueId": [ctypes.POINTER(UniqueId)],
@@ -102,6 +103,10 @@ _SIGNATURES = {
     "goclEventQuery": [c_void_p],
     "goclEventSynchronize": [c_void_p],
     "goclEventDestroy": [c_void_p],
+}
+_STRING_SIGNATURES = {
+    "goclGetErrorString": [c_int],
+    "goclGetLastError": [c_void_p],
 }
 
 
@@ -140,14 +145,11 @@ def lib() -> ctypes.CDLL:
                 raise OSError(
                     f"libgocl.so not found at {path}: reinstall gocl (uv pip install -e .) or set GOCL_LIBRARY")
             dll = ctypes.CDLL(str(path))
-            for name, argtypes in _SIGNATURES.items():
-                fn = getattr(dll, name)
-                fn.argtypes = argtypes
-                fn.restype = c_int
-            dll.goclGetErrorString.argtypes = [c_int]
-            dll.goclGetErrorString.restype = c_char_p
-            dll.goclGetLastError.argtypes = [c_void_p]
-            dll.goclGetLastError.restype = c_char_p
+            for signatures, restype in ((_SIGNATURES, c_int), (_STRING_SIGNATURES, c_char_p)):
+                for name, argtypes in signatures.items():
+                    fn = getattr(dll, name)
+                    fn.argtypes = argtypes
+                    fn.restype = restype
             _loaded_pid = os.getpid()
             _lib = dll
     return _lib

@@ -24,6 +24,8 @@ import threading
 import time
 from typing import BinaryIO, Sequence
 
+from ._supervise import describe_exit, first_failure, kill_running, signal_group, stop
+
 __all__ = ["free_port", "rank_env", "launch"]
 
 
@@ -81,24 +83,8 @@ class _Output:
             src.close()
 
 
-def _describe(rc: int) -> str:
-    if rc < 0:
-        try:
-            return f"was killed by signal {signal.Signals(-rc).name}"
-        except ValueError:
-            return f"was killed by signal {-rc}"
-    return f"exited with code {rc}"
-
-
 def _exit_code(rc: int) -> int:
     return 128 - rc if rc < 0 else rc
-
-
-def _signal_group(p: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(p.pid, sig)  # the rank and whatever it started
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def launch(cmd: Sequence[str], nprocs: int, *, master_addr: str = "127.0.0.1", master_port: int | None = None,
@@ -136,7 +122,7 @@ def launch(cmd: Sequence[str], nprocs: int, *, master_addr: str = "127.0.0.1", m
         state["count"] += 1
         for p in procs:
             if p.poll() is None:
-                _signal_group(p, signum if state["count"] == 1 else signal.SIGKILL)
+                signal_group(p, signum if state["count"] == 1 else signal.SIGKILL)
 
     old = {}
     if threading.current_thread() is threading.main_thread():
@@ -150,7 +136,7 @@ def launch(cmd: Sequence[str], nprocs: int, *, master_addr: str = "127.0.0.1", m
             except OSError as e:
                 say(f"cannot start rank {r}: {cmd[0]}: {e}")
                 for q in procs:
-                    _signal_group(q, signal.SIGKILL)
+                    signal_group(q, signal.SIGKILL)
                 return 127
             procs.append(p)
             # Copied a line at a time (whole lines, never two ranks' bytes interleaved).
@@ -162,36 +148,23 @@ def launch(cmd: Sequence[str], nprocs: int, *, master_addr: str = "127.0.0.1", m
         while True:
             codes = [p.poll() for p in procs]
             if failed is None:
-                for r, rc in enumerate(codes):
-                    if rc not in (None, 0):
-                        failed = (r, rc)
-                        break
-                if failed is not None:
-                    r, rc = failed
+                r = first_failure(codes)
+                if r is not None:
+                    failed = (r, codes[r])
                     running = [i for i, c in enumerate(codes) if c is None]
                     if state["signal"]:
-                        say(f"rank {r} {_describe(rc)} after {signal.Signals(state['signal']).name}")
+                        say(f"rank {r} {describe_exit(codes[r], sentence=True)} after "
+                            f"{signal.Signals(state['signal']).name}")
                     else:
-                        say(f"rank {r} {_describe(rc)}; stopping the other ranks"
+                        say(f"rank {r} {describe_exit(codes[r], sentence=True)}; stopping the other ranks"
                             + (f" ({', '.join(map(str, running))})" if running else ""))
-                    for p in procs:
-                        _signal_group(p, signal.SIGTERM)
-                    deadline = time.monotonic() + grace
-                    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
-                        time.sleep(0.02)
-                    for p in procs:
-                        _signal_group(p, signal.SIGKILL)
-                    for p in procs:
-                        p.wait()
+                    stop(procs, signal.SIGTERM, grace)
                     break
             if all(c is not None for c in codes):
                 break
             time.sleep(0.02)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                _signal_group(p, signal.SIGKILL)
-                p.wait()
+        kill_running(procs)
         for pump in pumps:
             pump.thread.join(timeout=2.0)
         for s, h in old.items():

@@ -45,11 +45,14 @@ from pathlib import Path
 
 import pytest
 
+from ._supervise import describe_exit, first_failure, kill_running, stop
 from .launcher import free_port, rank_env
 
 DEFAULT_TIMEOUT = 120.0
 # How long the other ranks may run on after one failed, to report their own failures.
 FAIL_GRACE = 3.0
+# How long killed ranks get to write their Python stacks (SIGUSR1, faulthandler).
+STACK_DUMP_TIME = 0.5
 # Exit code with which a rank reports pytest.skip().
 SKIP_CODE = 75
 # Fixtures that act on the pytest process itself: meaningless in a rank.
@@ -92,24 +95,6 @@ def _tail(path: Path, lines: int = _TAIL_LINES) -> str:
     if len(rows) > lines:
         rows = [f"... ({len(rows) - lines} earlier lines)"] + rows[-lines:]
     return "\n".join(rows)
-
-
-def _describe(rc: int | None) -> str:
-    if rc is None:
-        return "still running"
-    if rc < 0:
-        try:
-            return f"killed by signal {signal.Signals(-rc).name}"
-        except ValueError:
-            return f"killed by signal {-rc}"
-    return f"exit code {rc}"
-
-
-def _signal_group(p: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(p.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def run_ranks(item, n: int, timeout: float) -> None:
@@ -155,10 +140,7 @@ def run_ranks(item, n: int, timeout: float) -> None:
                         start_new_session=True, cwd=str(item.config.invocation_params.dir)))
             outcome = _supervise(procs, timeout)
         finally:
-            for p in procs:
-                if p.poll() is None:
-                    _signal_group(p, signal.SIGKILL)
-                    p.wait()
+            kill_running(procs)
         codes = [p.returncode for p in procs]
         # Every rank's output goes to this test's captured stdout (shown on failure, or with -s).
         for r in range(n):
@@ -183,26 +165,20 @@ def _supervise(procs: list[subprocess.Popen], timeout: float) -> dict:
             break
         now = time.monotonic()
         if failed_at is None:
-            for r, c in enumerate(codes):
-                if c not in (None, 0, SKIP_CODE):
-                    failed_at, first_failed = now, r
-                    break
-        stop = None
+            first_failed = first_failure(codes, ok=(0, SKIP_CODE))
+            if first_failed is not None:
+                failed_at = now
+        reason = None
         if failed_at is not None and now - failed_at >= FAIL_GRACE:
-            stop = "after_failure"
+            reason = "after_failure"
         elif now >= deadline:
-            stop = "timeout"
-        if stop:
+            reason = "timeout"
+        if reason:
             running = [r for r, c in enumerate(codes) if c is None]
             outcome["killed"] = running
-            outcome["timed_out"] = stop == "timeout"
-            for r in running:  # dump every thread's Python stack into the rank's output
-                _signal_group(procs[r], signal.SIGUSR1)
-            time.sleep(0.5)
-            for r in running:
-                _signal_group(procs[r], signal.SIGKILL)
-            for p in procs:
-                p.wait()
+            outcome["timed_out"] = reason == "timeout"
+            # SIGUSR1 dumps every thread's Python stack into the rank's output.
+            stop([procs[r] for r in running], signal.SIGUSR1, STACK_DUMP_TIME)
             break
         time.sleep(0.01)
     outcome["first_failed"] = first_failed
@@ -240,7 +216,7 @@ def _report(work: Path, n: int, codes: list, outcome: dict, timeout: float) -> N
     # The cause first: ranks that failed on their own, then those that saw a peer fail.
     for r in sorted(failed, key=echo):
         tb_file = work / f"rank{r}.traceback"
-        header = f"---------------- rank {r} failed ({_describe(codes[r])}) ----------------"
+        header = f"---------------- rank {r} failed ({describe_exit(codes[r])}) ----------------"
         if tb_file.exists():
             parts.append(f"{header}\n{tb_file.read_text(errors='replace').rstrip()}")
         else:

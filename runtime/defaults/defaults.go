@@ -12,10 +12,10 @@
 package defaults
 
 import (
-	"context"
 	"sync"
 
 	"gocl/doctor"
+	"gocl/doctor/sysfs"
 	"gocl/runtime/config"
 	"gocl/runtime/debuglog"
 )
@@ -33,18 +33,20 @@ func Apply(nvml doctor.NVMLCollector) {
 				debuglog.Warnf(debuglog.Env, -1, "machine defaults skipped: internal error: %v", r)
 			}
 		}()
-		apply(nvml, doctor.System{Root: "/"})
+		apply(nvml, sysfs.System{Root: "/"})
 	})
 }
 
 // apply is Apply on a given machine; it returns what it set and what it
 // left as the user set it (for tests).
-func apply(nvml doctor.NVMLCollector, sys doctor.System) (set, kept []doctor.StartupDefault) {
+func apply(nvml doctor.NVMLCollector, sys sysfs.System) (set, kept []doctor.StartupDefault) {
 	if !config.Bool("DEFAULTS") {
 		debuglog.Infof(debuglog.Env, -1, "GOCL_DEFAULTS=0: no machine defaults")
 		return nil, nil
 	}
-	set, kept = doctor.StartupDefaults(doctor.Judge(localFacts(nvml, sys), nil), nil, config.LookupEnv)
+	// Only the cheap, local facts: no subprocess (torch, JAX, ldconfig) runs
+	// inside a communicator's init.
+	set, kept = doctor.StartupDefaults(doctor.Judge(sys.LocalFacts(nvml, nil), nil), nil, config.LookupEnv)
 	for _, d := range set {
 		if err := config.Setenv(d.Name, d.Value); err != nil {
 			debuglog.Warnf(debuglog.Env, -1, "machine default %s=%s not set: %v", d.Name, d.Value, err)
@@ -59,11 +61,4 @@ func apply(nvml doctor.NVMLCollector, sys doctor.System) (set, kept []doctor.Sta
 			d.Name, d.User, d.Rule, d.Value, d.Reason)
 	}
 	return set, kept
-}
-
-// localFacts are the cheap, local part of the doctor's facts: the GPUs, the
-// kernel's IOMMU/ACS state and the environment. No subprocess (torch, JAX,
-// ldconfig) runs inside a communicator's init.
-func localFacts(nvml doctor.NVMLCollector, sys doctor.System) *doctor.Facts {
-	return doctor.Collect(context.Background(), doctor.Options{NVML: nvml, System: sys, NoDmesg: true, NoLibraries: true})
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"gocl/doctor"
+	"gocl/doctor/sysfs"
 	"gocl/runtime/config"
 )
 
@@ -62,7 +63,7 @@ var (
 
 // machine is a procfs/sysfs tree whose IOMMU groups have type groupType
 // ("DMA": the IOMMU translates device DMA; "identity": passthrough).
-func machine(t *testing.T, groupType, cmdline string) doctor.System {
+func machine(t *testing.T, groupType, cmdline string) sysfs.System {
 	root := t.TempDir()
 	for p, data := range map[string]string{
 		"proc/cmdline":                   cmdline + "\n",
@@ -76,7 +77,7 @@ func machine(t *testing.T, groupType, cmdline string) doctor.System {
 			t.Fatal(err)
 		}
 	}
-	return doctor.System{Root: root}
+	return sysfs.System{Root: root}
 }
 
 // clean leaves NCCL_P2P_DISABLE unset for the test (restored afterwards).

@@ -1,4 +1,4 @@
-package doctor
+package collect
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"gocl/doctor"
 	"gocl/runtime/config"
 )
 
@@ -31,17 +32,17 @@ type PythonProbe struct {
 
 // sectionResult is what one probe run prints.
 type sectionResult struct {
-	Python     *Python           `json:"python"`
+	Python     *doctor.Python    `json:"python"`
 	Packages   map[string]string `json:"packages"`
-	Torch      *Torch            `json:"torch"`
-	JAX        *JAX              `json:"jax"`
+	Torch      *doctor.Torch     `json:"torch"`
+	JAX        *doctor.JAX       `json:"jax"`
 	Missing    string            `json:"missing"`
 	ProbeError string            `json:"probe_error"`
 }
 
 // Collect fills f.Python, f.Packages, f.Torch and f.JAX, marking what it
 // could not learn as missing.
-func (p PythonProbe) Collect(ctx context.Context, f *Facts) {
+func (p PythonProbe) Collect(ctx context.Context, f *doctor.Facts) {
 	exe, err := exec.LookPath(p.Python)
 	if err != nil {
 		f.MarkMissing("python", fmt.Sprintf("interpreter %q not found: %v", p.Python, err))
@@ -71,7 +72,7 @@ func (p PythonProbe) Collect(ctx context.Context, f *Facts) {
 		case err != nil:
 			f.MarkMissing(fact, err.Error())
 			if s == "base" {
-				f.Python = &Python{Executable: exe, Error: err.Error()}
+				f.Python = &doctor.Python{Executable: exe, Error: err.Error()}
 			}
 			continue
 		case r.ProbeError != "":
