@@ -15,8 +15,9 @@ const simdBlock = 32
 // with non-temporal stores, past the caches: a result this large, with its
 // two inputs, fills much of a last-level cache anyway, so keeping it there
 // only evicts other data, and streaming skips the read-for-ownership of
-// every destination line (measured here: 2x at 16 and 64 MiB, one core).
-// glibc's memcpy switches at a similar point (3/4 of the shared cache).
+// every destination line (measured here, one core: 2x and more at 16 and
+// 64 MiB). glibc's memcpy likewise streams copies that are a sizeable
+// fraction of the shared cache.
 var streamBytes = 8 << 20 // a variable so tests can lower it
 
 // binaryKernel computes d = a op b over n bytes (a multiple of simdBlock);
@@ -29,8 +30,8 @@ type (
 // simdSet holds one dtype's kernels; a nil entry keeps the portable loop.
 // accum is indexed by RedOp (Avg accumulates as Sum); preMulSum and scale
 // take the PreMulSum scalar (float32 for fp16/bf16), div the Avg divisor
-// (float64 for float64 and the 32-bit integers, float32 otherwise). The NT twins use streaming
-// stores and need a 32-byte aligned dst.
+// (float64 for float64 and the 32-bit integers, float32 otherwise). The NT
+// twins use streaming stores and need a 32-byte aligned dst.
 type simdSet struct {
 	accum       [NumOps]binaryKernel
 	preMulSum   binaryKernel
