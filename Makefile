@@ -2,7 +2,7 @@
 GO      ?= go
 CC      ?= gcc
 BUILD   := build
-SOURCES := $(shell find capi runtime kernels jax_ffi -name '*.go' -o -name '*.c' -o -name '*.h') go.mod
+SOURCES := $(shell find capi runtime kernels jax_ffi -name '*.go' -o -name '*.c' -o -name '*.h' -o -name '*.s') go.mod
 RPATH   := -Wl,-rpath,'$$ORIGIN'
 CFLAGS  := -O2 -Wall -Wextra -I$(BUILD)/include -Itests/c
 # Python: a uv-made .venv with gocl installed editable (extras torch, jax, test).
