@@ -327,6 +327,7 @@ func (l *link) post(p *piece, payload []byte) {
 	k := int(p.seq % llSlots)
 	flag := uint64(uint32(p.seq)) << 32
 	put := func(i int, v uint32) { *l.send.word(k, i) = flag | uint64(v) }
+	transport.RaceRelease()
 	if p.flags&modeSimple == 0 {
 		put(wFlags, uint32(p.flags))
 	}
@@ -341,19 +342,27 @@ func (l *link) post(p *piece, payload []byte) {
 		put(wHdr+i, binary.LittleEndian.Uint32(hb[4*i:]))
 	}
 	if p.flags&modeSimple != 0 {
+		transport.RaceRelease()
 		atomic.StoreUint64(l.send.word(k, wFlags), flag|uint64(p.flags))
 	} else {
+		// Every word carries its flag; only the last is an atomic store, so
+		// that the receiver's load of it orders our reads of the payload
+		// before its later writes (the memory model and the race detector
+		// need that edge; on x86 it is free anyway).
 		i := descWords
-		for len(payload) >= 4 {
+		for len(payload) > 4 {
 			put(i, binary.LittleEndian.Uint32(payload))
 			payload = payload[4:]
 			i++
 		}
-		if len(payload) > 0 {
-			var last [4]byte
-			copy(last[:], payload)
-			put(i, binary.LittleEndian.Uint32(last[:]))
+		var last [4]byte
+		copy(last[:], payload)
+		if len(payload) == 0 {
+			i-- // no payload: the header's last word is the last
+			last = [4]byte(hb[wire.HeaderSize-4:])
 		}
+		transport.RaceRelease()
+		atomic.StoreUint64(l.send.word(k, i), flag|uint64(binary.LittleEndian.Uint32(last[:])))
 	}
 	l.sseq = p.seq
 	// A locked add: a full barrier between the slot's stores and the load
@@ -535,6 +544,7 @@ func (l *link) frame(want *wire.Header, piece func(p *piece) error) error {
 		if err != nil {
 			return err
 		}
+		transport.RaceAcquire()
 		if first {
 			if err := transport.CheckFrame(want, &p.hdr, l.self, l.peer); err != nil {
 				return err
@@ -543,6 +553,7 @@ func (l *link) frame(want *wire.Header, piece func(p *piece) error) error {
 		if err := piece(&p); err != nil {
 			return err
 		}
+		transport.RaceAcquire()
 		l.release(&p)
 		if p.flags&modeMore == 0 {
 			return nil

@@ -9,6 +9,7 @@ import (
 	"gocl/runtime/transport"
 	"gocl/runtime/transport/shm"
 	"gocl/runtime/transport/transporttest"
+	"gocl/runtime/wire"
 )
 
 // tcpPair returns both ends of one loopback TCP connection.
@@ -48,3 +49,28 @@ func pair(t *testing.T) (transport.Link, transport.Link) {
 }
 
 func TestConformance(t *testing.T) { transporttest.Run(t, pair) }
+
+// BenchmarkPingPong is one 8-byte frame each way per iteration.
+func BenchmarkPingPong(b *testing.B) {
+	t := &testing.T{}
+	a, c := pair(t)
+	defer a.Close()
+	defer c.Close()
+	h := &wire.Header{Kind: wire.KindColl, Coll: wire.AllReduce, Count: 1}
+	buf := make([]byte, 8)
+	done := make(chan struct{})
+	go func() {
+		rb := make([]byte, 8)
+		for range b.N {
+			c.RecvInto(h, rb)
+			c.Send(h, rb)
+		}
+		close(done)
+	}()
+	b.ResetTimer()
+	for range b.N {
+		a.Send(h, buf)
+		a.RecvInto(h, buf)
+	}
+	<-done
+}

@@ -35,8 +35,11 @@ func hdr(step int) *wire.Header {
 
 func fill(r *rand.Rand, n int) []byte {
 	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(r.Uint32())
+	for i := 0; i < n; i += 8 {
+		v := r.Uint64()
+		for j := i; j < min(i+8, n); j++ {
+			b[j] = byte(v >> (8 * (j - i)))
+		}
 	}
 	return b
 }
@@ -83,6 +86,9 @@ func testOrder(t *testing.T, pair Pair) {
 	r := rand.New(rand.NewPCG(1, 2))
 	var msgs [][]byte
 	for _, n := range Sizes {
+		if testing.Short() && n > 3<<20 {
+			continue
+		}
 		msgs = append(msgs, fill(r, n))
 	}
 	one := func(tx, rx transport.Link) error {
@@ -131,7 +137,10 @@ func testOrder(t *testing.T, pair Pair) {
 func testStress(t *testing.T, pair Pair) {
 	a, b := open(t, pair)
 	r := rand.New(rand.NewPCG(3, 4))
-	const frames = 3000
+	frames := 3000
+	if testing.Short() {
+		frames = 300
+	}
 	sizes := make([]int, frames)
 	for i := range sizes {
 		switch r.IntN(4) {
@@ -337,7 +346,10 @@ func testLender(t *testing.T, pair Pair) {
 		t.Skip("not a Lender")
 	}
 	r := rand.New(rand.NewPCG(5, 6))
-	const frames = 200
+	frames := 200
+	if testing.Short() {
+		frames = 30
+	}
 	var mu sync.Mutex
 	sent := make([][]byte, frames)
 	done := goSend(func() error {
