@@ -1,6 +1,8 @@
 package shm_test
 
 import (
+	"errors"
+	"io"
 	"net"
 	"os"
 	"testing"
@@ -13,7 +15,7 @@ import (
 )
 
 // tcpPair returns both ends of one loopback TCP connection.
-func tcpPair(t *testing.T) (net.Conn, net.Conn) {
+func tcpPair(t testing.TB) (net.Conn, net.Conn) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -28,7 +30,9 @@ func tcpPair(t *testing.T) (net.Conn, net.Conn) {
 	return a, <-acc
 }
 
-func pair(t *testing.T) (transport.Link, transport.Link) {
+func pair(t *testing.T) (transport.Link, transport.Link) { return connect(t) }
+
+func connect(t testing.TB) (transport.Link, transport.Link) {
 	ca, cb := tcpPair(t)
 	dl := time.Now().Add(10 * time.Second)
 	type res struct {
@@ -52,8 +56,7 @@ func TestConformance(t *testing.T) { transporttest.Run(t, pair) }
 
 // BenchmarkPingPong is one 8-byte frame each way per iteration.
 func BenchmarkPingPong(b *testing.B) {
-	t := &testing.T{}
-	a, c := pair(t)
+	a, c := connect(b)
 	defer a.Close()
 	defer c.Close()
 	h := &wire.Header{Kind: wire.KindColl, Coll: wire.AllReduce, Count: 1}
@@ -73,4 +76,28 @@ func BenchmarkPingPong(b *testing.B) {
 		a.RecvInto(h, buf)
 	}
 	<-done
+}
+
+// When one side cannot map the other's segment, both sides get
+// ErrUnavailable and the control connection is left clean for a fallback.
+func TestUnavailableFallsBackTogether(t *testing.T) {
+	ca, cb := tcpPair(t)
+	defer ca.Close()
+	defer cb.Close()
+	dl := time.Now().Add(10 * time.Second)
+	ch := make(chan error, 1)
+	go func() {
+		_, err := shm.Connect(cb, 1, 0, 1<<30, shm.Options{}, dl) // no such process: open fails here
+		ch <- err
+	}()
+	_, errA := shm.Connect(ca, 0, 1, os.Getpid(), shm.Options{}, dl)
+	errB := <-ch
+	if !errors.Is(errA, shm.ErrUnavailable) || !errors.Is(errB, shm.ErrUnavailable) {
+		t.Fatalf("want ErrUnavailable on both sides, got %v / %v", errA, errB)
+	}
+	go ca.Write([]byte("next"))
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(cb, buf); err != nil || string(buf) != "next" {
+		t.Fatalf("control connection not clean after the fallback: %q, %v", buf, err)
+	}
 }
