@@ -49,6 +49,13 @@ type PeerInfo struct {
 	Proc   string `json:"proc"` // process identity: same string = same process
 	Pid    int    `json:"pid"`
 	Device int    `json:"device"`
+	// What the rank offers for connections, so both ends of a pair choose
+	// the same transport from the same data: NoP2P is its P2P_DISABLE, and
+	// Shm names its shared-memory domain (host, IPC and pid namespaces,
+	// user), empty when SHM_DISABLE is set. Equal non-empty domains can map
+	// each other's segments.
+	NoP2P bool   `json:"nop2p,omitempty"`
+	Shm   string `json:"shm,omitempty"`
 }
 
 // rootReply is the root's answer: the whole table, or why there is none.

@@ -251,7 +251,7 @@ func TestCollectivesSockets(t *testing.T) {
 	}
 	for _, n := range ranks {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			setEnv(t, "GOCL_P2P_DISABLE", "1", "GOCL_BUFFSIZE", "300000", "GOCL_NSOCKS_PERTHREAD", "3", "GOCL_SOCKET_IFNAME", "lo")
+			setEnv(t, "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", "1", "GOCL_BUFFSIZE", "300000", "GOCL_NSOCKS_PERTHREAD", "3", "GOCL_SOCKET_IFNAME", "lo")
 			clique(t, n, func(c *Comm) error {
 				return matrix(c, []kernels.DataType{kernels.Int8, kernels.Float32, kernels.Float16, kernels.Uint64},
 					[]int{0, 1, 7, 300001 / 4, 1 << 17})
@@ -260,12 +260,36 @@ func TestCollectivesSockets(t *testing.T) {
 	}
 }
 
-// TestLargeAllReduce moves 16 MiB per rank through the ring over both
-// transports.
+// TestCollectivesShm runs the matrix over shared memory between ranks of one
+// process (GOCL_P2P_DISABLE=1), with chunks around the LL limit and frames
+// cut into several data-ring pieces.
+func TestCollectivesShm(t *testing.T) {
+	ranks := []int{2, 3, 5, 8}
+	if testing.Short() {
+		ranks = []int{3}
+	}
+	for _, n := range ranks {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			setEnv(t, "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", "0", "GOCL_BUFFSIZE", "1980")
+			clique(t, n, func(c *Comm) error {
+				for _, l := range c.links {
+					if l != nil && l.Name() != "shm" {
+						return fmt.Errorf("rank %d: link via %s, want shm", c.Rank(), l.Name())
+					}
+				}
+				return matrix(c, []kernels.DataType{kernels.Int8, kernels.Float32, kernels.Bfloat16, kernels.Uint64},
+					[]int{0, 1, 7, 493, 495, 1 << 14})
+			})
+		})
+	}
+}
+
+// TestLargeAllReduce moves 16 MiB per rank through the ring over every
+// transport.
 func TestLargeAllReduce(t *testing.T) {
-	for _, p2pOff := range []string{"0", "1"} {
-		t.Run("p2p_disable="+p2pOff, func(t *testing.T) {
-			setEnv(t, "GOCL_P2P_DISABLE", p2pOff, "GOCL_SOCKET_IFNAME", "lo")
+	for _, via := range transportEnvs {
+		t.Run(via.name, func(t *testing.T) {
+			setEnv(t, append([]string{"GOCL_SOCKET_IFNAME", "lo"}, via.env...)...)
 			const count = 4 << 20 // float32: 16 MiB
 			clique(t, 4, func(c *Comm) error {
 				var k checker
@@ -287,7 +311,7 @@ func TestLargeAllReduce(t *testing.T) {
 // must not add up to more than the kernel buffers before the peer reads
 // (every rank sends before it receives), or the ring would deadlock.
 func TestSmallChunksOverSocketsDoNotDeadlock(t *testing.T) {
-	setEnv(t, "GOCL_P2P_DISABLE", "1", "GOCL_SOCKET_IFNAME", "lo", "GOCL_ALGO", "ring", "GOCL_BUFFSIZE", "8192", "GOCL_TIMEOUT", "20")
+	setEnv(t, "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", "1", "GOCL_SOCKET_IFNAME", "lo", "GOCL_ALGO", "ring", "GOCL_BUFFSIZE", "8192", "GOCL_TIMEOUT", "20")
 	const count = 8 << 20 // 32 MiB of float32: 16 MiB segments in 8 KiB chunks, beyond any socket buffer
 	clique(t, 2, func(c *Comm) error {
 		send := fill(kernels.Float32, kernels.Sum, c.Rank(), count)

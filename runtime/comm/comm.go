@@ -19,7 +19,6 @@ import (
 	"gocl/runtime/status"
 	"gocl/runtime/transport"
 	"gocl/runtime/transport/inproc"
-	"gocl/runtime/transport/socket"
 	"gocl/runtime/tune"
 )
 
@@ -131,6 +130,7 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 	defer ln.Close()
 	me := bootstrap.PeerInfo{Rank: rank, NRanks: nranks, Addr: ln.Addr().String(), Host: hostID(),
 		Proc: processID, Pid: os.Getpid(), Device: device}
+	offer(&me)
 	debuglog.Infof(debuglog.Init, rank, "gocl version %d.%d.%d, joining %d ranks at %s, using %s",
 		Version/10000, Version/100%100, Version%100, nranks, id.String(), ifc)
 	if debuglog.Enabled(debuglog.Info, debuglog.Env) {
@@ -153,26 +153,9 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 	if device < 0 { // no device given: one per local rank, as launchers assign GPUs
 		c.device = c.localRank
 	}
-	inprocOK := !config.Bool("P2P_DISABLE")
-	local := func(p int) bool { return inprocOK && peers[p].Proc == processID }
-	nsocks := config.IntOr("SOCKET_NTHREADS", 1) * config.IntOr("NSOCKS_PERTHREAD", 2)
-	nsocks = max(1, min(nsocks, 64))
-	conns, err := bootstrap.Mesh(rank, peers, ln, id.Secret(), nsocks, func(p int) bool { return !local(p) }, deadline)
-	if err != nil {
+	if err := c.connect(ln, id.Secret(), deadline); err != nil {
 		inproc.Forget(c.key)
 		return nil, err
-	}
-	for p := range peers {
-		switch {
-		case p == rank:
-		case local(p):
-			c.links[p] = inproc.Connect(c.key, rank, p)
-		default:
-			c.links[p] = socket.New(conns[p], rank, p)
-		}
-		if p != rank {
-			debuglog.Infof(debuglog.Init, rank, "channel to rank %d (pid %d, %s) via %s", p, peers[p].Pid, peers[p].Addr, c.links[p].Name())
-		}
 	}
 	debuglog.Infof(debuglog.Init, rank, "init done: rank %d/%d, node %d/%d, local rank %d/%d, chunk %d B, direct up to %d B (GOCL_ALGO=%q), timeout %s",
 		rank, nranks, c.node, c.nnodes, c.localRank, c.localRanks, c.chunk, c.plan.DirectThreshold, c.plan.Force, timeoutString(timeout))

@@ -19,14 +19,24 @@ func allReduce(c *Comm, count int) error {
 	return c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(buf), Recv: ptr(buf), Count: count, Type: kernels.Float32})
 }
 
-// transports runs a test over inproc links and over sockets.
+// transports runs a test over inproc links, shared memory and sockets.
 func transports(t *testing.T, body func(t *testing.T)) {
-	for _, off := range []string{"0", "1"} {
-		t.Run("p2p_disable="+off, func(t *testing.T) {
-			setEnv(t, "GOCL_P2P_DISABLE", off, "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "2")
+	for _, via := range transportEnvs {
+		t.Run(via.name, func(t *testing.T) {
+			setEnv(t, append([]string{"GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "2"}, via.env...)...)
 			body(t)
 		})
 	}
+}
+
+// transportEnvs make ranks of one process talk over each transport.
+var transportEnvs = []struct {
+	name string
+	env  []string
+}{
+	{"inproc", []string{"GOCL_P2P_DISABLE", "0", "GOCL_SHM_DISABLE", "0"}},
+	{"shm", []string{"GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", "0"}},
+	{"socket", []string{"GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", "1"}},
 }
 
 // wantErr checks that err has code and mentions every fragment.

@@ -8,11 +8,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"gocl/kernels"
 	"gocl/runtime/bootstrap"
 	"gocl/runtime/status"
+	"gocl/runtime/wire"
 )
 
 // Real processes on loopback: the test binary re-runs itself as N ranks
@@ -46,17 +49,139 @@ func spawn(t *testing.T, n int, mode string, extraEnv ...string) ([]string, []er
 	return outs, errs
 }
 
+// TestProcessesMatrix runs every collective × dtype × op on 1..8 processes
+// over shared memory, and on a few counts over sockets and over a mix (ranks
+// of equal parity on shm, the other pairs on TCP); each rank checks it got
+// the transports it should.
 func TestProcessesMatrix(t *testing.T) {
 	sizes := []int{0, 1, 7, 4097}
-	for _, n := range []int{2, 4} {
-		t.Run(fmt.Sprint("n=", n), func(t *testing.T) {
-			outs, errs := spawn(t, n, "matrix", "GOCL_BUFFSIZE=4096", "GOCL_TEST_SIZES="+strings.Trim(fmt.Sprint(sizes), "[]"))
+	type tc struct {
+		n   int
+		via string
+	}
+	var cases []tc
+	for n := 1; n <= 8; n++ {
+		cases = append(cases, tc{n, "shm"})
+	}
+	cases = append(cases, tc{3, "socket"}, tc{4, "mixed"}, tc{5, "mixed"})
+	if testing.Short() { // the -race run
+		cases = []tc{{3, "shm"}, {3, "mixed"}}
+	}
+	for _, k := range cases {
+		t.Run(fmt.Sprintf("%s/n=%d", k.via, k.n), func(t *testing.T) {
+			env := []string{"GOCL_BUFFSIZE=4096", "GOCL_TEST_SIZES=" + strings.Trim(fmt.Sprint(sizes), "[]"), "GOCL_TEST_VIA=" + k.via}
+			if k.via == "socket" {
+				env = append(env, "GOCL_SHM_DISABLE=1")
+			}
+			outs, errs := spawn(t, k.n, "matrix", env...)
 			for r := range outs {
 				if errs[r] != nil {
 					t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r])
 				}
 			}
 		})
+	}
+}
+
+// Frames larger than the shm data ring (8 MiB chunks) are cut into pieces;
+// 20 MiB over 3 processes, and a mixed set of transports.
+func TestProcessesLargeAllReduce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves 20 MiB per rank")
+	}
+	for _, via := range []string{"shm", "mixed"} {
+		t.Run(via, func(t *testing.T) {
+			outs, errs := spawn(t, 3, "large", "GOCL_BUFFSIZE=8388608", "GOCL_TEST_VIA="+via)
+			for r := range outs {
+				if errs[r] != nil {
+					t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r])
+				}
+			}
+		})
+	}
+}
+
+// A rank SIGKILLed in the middle of 64 MiB shm allreduces: every survivor
+// gets an error naming it within 5 s, and /dev/shm holds nothing of gocl's.
+func TestProcessKilledMidAllReduce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves 64 MiB per rank per call")
+	}
+	const n, victim = 4, 1
+	dir := t.TempDir()
+	id, err := NewUniqueID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]strings.Builder, n)
+	for r := range cmds {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestChildRank$", "-test.count=1")
+		cmd.Env = append(os.Environ(), childEnv+"=loop", "GOCL_TEST_ID="+hex.EncodeToString(id[:]),
+			fmt.Sprintf("GOCL_TEST_RANK=%d", r), fmt.Sprintf("GOCL_TEST_NRANKS=%d", n),
+			"GOCL_TEST_DIR="+dir, "GOCL_TIMEOUT=60", "GOCL_TEST_VIA=shm")
+		cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[r] = cmd
+	}
+	exited := make([]time.Time, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r, cmd := range cmds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = cmd.Wait()
+			exited[r] = time.Now()
+		}()
+	}
+	// Every rank has finished one call: they are all inside the loop now.
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		ready := 0
+		for r := range n {
+			if _, err := os.Stat(fmt.Sprintf("%s/ready-%d", dir, r)); err == nil {
+				ready++
+			}
+		}
+		if ready == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			for _, c := range cmds {
+				c.Process.Kill()
+			}
+			wg.Wait()
+			t.Fatalf("ranks did not start looping within 60 s:\n%s\n%s", outs[0].String(), outs[1].String())
+		}
+	}
+	time.Sleep(30 * time.Millisecond)
+	killed := time.Now()
+	cmds[victim].Process.Signal(syscall.SIGKILL)
+	wg.Wait()
+	for r := range n {
+		if r == victim {
+			continue
+		}
+		if errs[r] != nil {
+			t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r].String())
+		}
+		d := exited[r].Sub(killed)
+		if d > 5*time.Second {
+			t.Errorf("rank %d noticed the killed rank %d only after %v", r, victim, d)
+		}
+		for _, line := range strings.Split(outs[r].String(), "\n") {
+			if strings.Contains(line, ", call ") {
+				t.Logf("rank %d exited %v after the kill: %s", r, d.Round(time.Millisecond), strings.TrimSpace(line))
+			}
+		}
+	}
+	entries, _ := os.ReadDir("/dev/shm")
+	for _, e := range entries {
+		if strings.Contains(strings.ToLower(e.Name()), "gocl") {
+			t.Errorf("/dev/shm/%s is left behind", e.Name())
+		}
 	}
 }
 
@@ -87,9 +212,22 @@ func TestChildRank(t *testing.T) {
 	copy(id[:], raw)
 	rank, _ := strconv.Atoi(os.Getenv("GOCL_TEST_RANK"))
 	n, _ := strconv.Atoi(os.Getenv("GOCL_TEST_NRANKS"))
+	via := os.Getenv("GOCL_TEST_VIA")
+	if via == "mixed" { // ranks of other parity publish another shm domain
+		testShmDomain = func(rank int, d string) string { return fmt.Sprintf("%s/parity:%d", d, rank%2) }
+	}
 	c, err := InitRank(id, n, rank, -1, Options{})
 	if err != nil {
 		t.Fatalf("rank %d init: %v", rank, err)
+	}
+	for p, l := range c.links {
+		want := via
+		if via == "mixed" {
+			want = map[bool]string{true: "shm", false: "socket"}[p%2 == rank%2]
+		}
+		if l != nil && via != "" && l.Name() != want {
+			t.Fatalf("rank %d: link to rank %d is %s, want %s", rank, p, l.Name(), want)
+		}
 	}
 	switch mode {
 	case "matrix":
@@ -102,6 +240,39 @@ func TestChildRank(t *testing.T) {
 			t.Fatalf("rank %d: %v", rank, err)
 		}
 		c.Destroy()
+	case "large":
+		const count = 5<<20 + 3 // float32: 20 MiB, frames of ~7 MiB
+		var k checker
+		send := fill(kernels.Float32, kernels.Sum, rank, count)
+		recv := make([]byte, len(send))
+		if err := c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(send), Recv: ptr(recv), Count: count, Type: kernels.Float32}); err != nil {
+			t.Fatalf("rank %d: %v", rank, err)
+		}
+		for i := 0; i < count; i += 997 {
+			k.expect("allreduce 20MiB", kernels.Float32, recv, i, reference(kernels.Float32, kernels.Sum, 0, n, i))
+		}
+		k.expect("allreduce 20MiB", kernels.Float32, recv, count-1, reference(kernels.Float32, kernels.Sum, 0, n, count-1))
+		if err := k.err(); err != nil {
+			t.Fatalf("rank %d: %v", rank, err)
+		}
+		c.Destroy()
+	case "loop":
+		const count = 16 << 20 // float32: 64 MiB
+		buf := make([]byte, 4*count)
+		for i := 0; ; i++ {
+			err := c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(buf), Recv: ptr(buf), Count: count, Type: kernels.Float32})
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "rank %d, call %d: %v\n", rank, i, err)
+				if status.CodeOf(err) != status.RemoteError || !strings.Contains(err.Error(), "rank 1") {
+					t.Fatalf("rank %d: want a remote error naming rank 1, got %v", rank, err)
+				}
+				c.Abort()
+				return
+			}
+			if i == 0 {
+				os.WriteFile(fmt.Sprintf("%s/ready-%d", os.Getenv("GOCL_TEST_DIR"), rank), nil, 0o644)
+			}
+		}
 	case "die":
 		if rank == 1 {
 			os.Exit(0) // no destroy, no goodbye: like a crash

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"flag"
 	"os"
 	"strings"
 	"testing"
@@ -74,15 +75,39 @@ func TestTableIsDocumented(t *testing.T) {
 	}
 }
 
-// The README's table must list every setting.
+var updateREADME = flag.Bool("update-readme", false, "rewrite the README's settings table from Table()")
+
+// The README's table is Table(), row for row (go test ./runtime/config
+// -run TestREADME -update-readme rewrites it).
 func TestREADMEListsEverySetting(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	const path = "../../README.md"
+	const header = "| variable | default | read | meaning |\n|---|---|---|---|\n"
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	readme := string(data)
+	var rows strings.Builder
 	for _, v := range Table() {
-		if row := READMERow(v); !strings.Contains(string(readme), row+"\n") {
-			t.Errorf("README.md's settings table lacks the row\n%s", row)
-		}
+		rows.WriteString(READMERow(v) + "\n")
 	}
+	start := strings.Index(readme, header)
+	if start < 0 {
+		t.Fatalf("README.md has no settings table starting with\n%s", header)
+	}
+	start += len(header)
+	end := start
+	for end < len(readme) && strings.HasPrefix(readme[end:], "| `GOCL_") {
+		end += strings.IndexByte(readme[end:], '\n') + 1
+	}
+	if readme[start:end] == rows.String() {
+		return
+	}
+	if *updateREADME {
+		if err := os.WriteFile(path, []byte(readme[:start]+rows.String()+readme[end:]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("README.md's settings table differs from config.Table(); run go test ./runtime/config -run TestREADME -update-readme\nwant:\n%s", rows.String())
 }

@@ -1,6 +1,7 @@
 // Package transport defines the Link, the one interface every transport
-// (inproc today; socket between processes; shared memory and CUDA IPC later)
-// implements, and the errors they share.
+// implements (inproc within a process, shm between processes of one host,
+// socket otherwise; CUDA IPC later), its optional capabilities, and the
+// errors they share. transporttest checks a Link against the contract.
 package transport
 
 import (
@@ -32,7 +33,7 @@ type Link interface {
 	// Abort is Close that first tells the peer why (best effort), so a
 	// failure deep in the ring reaches every rank with its root cause.
 	Abort(reason string)
-	// Name says which transport this is, for logs ("socket", "inproc").
+	// Name says which transport this is, for logs ("inproc", "shm", "socket").
 	Name() string
 	// Buffered reports whether Sends totalling n bytes return without the
 	// peer receiving anything (the kernel buffers them), so they may be done

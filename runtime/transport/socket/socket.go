@@ -136,6 +136,7 @@ func each(parts int, f func(i int) error) error {
 }
 
 func (l *link) Send(h *wire.Header, data []byte) error {
+	transport.RaceRelease()
 	parts := l.parts(len(data))
 	err := each(parts, func(i int) error {
 		lo, hi := span(len(data), parts, i)
@@ -218,6 +219,7 @@ func (l *link) recvPart(i int, want *wire.Header, dst []byte) error {
 	if err := l.readFull(i, l.hdr[i][:]); err != nil {
 		return l.wrap(err, "waiting for "+want.Describe())
 	}
+	transport.RaceAcquire()
 	got, err := wire.Decode(l.hdr[i][:])
 	if err != nil {
 		l.Close() // the stream is out of sync; nothing after this can be trusted

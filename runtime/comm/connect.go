@@ -1,0 +1,166 @@
+package comm
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"syscall"
+	"time"
+
+	"gocl/runtime/bootstrap"
+	"gocl/runtime/config"
+	"gocl/runtime/debuglog"
+	"gocl/runtime/status"
+	"gocl/runtime/transport"
+	"gocl/runtime/transport/inproc"
+	"gocl/runtime/transport/shm"
+	"gocl/runtime/transport/socket"
+)
+
+// A connector is one transport's part in link set-up. Transports are tried
+// in order (inproc, shm, socket); the first whose can holds for a pair
+// connects it. can sees only what both ranks published in the bootstrap,
+// never this rank's own environment, so both ends of a pair choose alike.
+type connector struct {
+	name string
+	can  func(a, b *bootstrap.PeerInfo) bool
+	// tcp: the transport needs the pair's TCP connections from the mesh.
+	tcp bool
+	// connect makes this rank's end. An error wrapping errFallback (both
+	// ends get it) passes the pair to the next transport that can take it.
+	connect func(c *Comm, peer int, conns []net.Conn, deadline time.Time) (transport.Link, error)
+}
+
+var errFallback = shm.ErrUnavailable
+
+var connectors = []connector{
+	{name: "inproc", can: func(a, b *bootstrap.PeerInfo) bool { return a.Proc == b.Proc && !a.NoP2P && !b.NoP2P },
+		connect: func(c *Comm, p int, _ []net.Conn, _ time.Time) (transport.Link, error) {
+			return inproc.Connect(c.key, c.rank, p), nil
+		}},
+	{name: "shm", tcp: true, can: func(a, b *bootstrap.PeerInfo) bool { return a.Shm != "" && a.Shm == b.Shm },
+		connect: func(c *Comm, p int, conns []net.Conn, deadline time.Time) (transport.Link, error) {
+			l, err := shm.Connect(conns[0], c.rank, p, c.peers[p].Pid,
+				shm.Options{Oversubscribed: c.localRanks > runtime.NumCPU()}, deadline)
+			if err == nil {
+				for _, x := range conns[1:] { // the first one stays, as the link's control channel
+					x.Close()
+				}
+			}
+			return l, err
+		}},
+	{name: "socket", tcp: true, can: func(a, b *bootstrap.PeerInfo) bool { return true },
+		connect: func(c *Comm, p int, conns []net.Conn, _ time.Time) (transport.Link, error) {
+			return socket.New(conns, c.rank, p), nil
+		}},
+}
+
+// candidates are the connectors that can join self and peer, in order.
+func candidates(a, b *bootstrap.PeerInfo) []*connector {
+	var out []*connector
+	for i := range connectors {
+		if connectors[i].can(a, b) {
+			out = append(out, &connectors[i])
+		}
+	}
+	return out
+}
+
+// offer fills in what this rank publishes for connection choices.
+func offer(me *bootstrap.PeerInfo) {
+	me.NoP2P = config.Bool("P2P_DISABLE")
+	if !config.Bool("SHM_DISABLE") {
+		me.Shm = shmDomain()
+	}
+	if testShmDomain != nil {
+		me.Shm = testShmDomain(me.Rank, me.Shm)
+	}
+}
+
+// testShmDomain lets tests change a rank's published shm domain, to force
+// some pairs of one host onto sockets.
+var testShmDomain func(rank int, domain string) string
+
+// shmDomain names where this process can map a peer's segment: the same
+// host (boot), IPC and pid namespaces (the peer's segment is opened through
+// /proc/PID/fd) and user. Empty when a namespace cannot be read.
+func shmDomain() string {
+	var ids []uint64
+	for _, ns := range []string{"/proc/self/ns/ipc", "/proc/self/ns/pid"} {
+		var st syscall.Stat_t
+		if err := syscall.Stat(ns, &st); err != nil {
+			return ""
+		}
+		ids = append(ids, st.Ino)
+	}
+	return fmt.Sprintf("%s/ipc:%d/pid:%d/uid:%d", hostID(), ids[0], ids[1], os.Getuid())
+}
+
+// connect builds every link of c: the TCP mesh for the pairs whose
+// transports need it, then each pair's link, falling back along the
+// candidates when a transport finds at connect time that it cannot serve.
+func (c *Comm) connect(ln net.Listener, secret []byte, deadline time.Time) error {
+	me := &c.peers[c.rank]
+	cands := make([][]*connector, c.nranks)
+	tcp := func(p int) bool {
+		for _, k := range cands[p] {
+			if k.tcp {
+				return true
+			}
+		}
+		return false
+	}
+	for p := range c.peers {
+		if p != c.rank {
+			cands[p] = candidates(me, &c.peers[p])
+		}
+	}
+	nsocks := config.IntOr("SOCKET_NTHREADS", 1) * config.IntOr("NSOCKS_PERTHREAD", 2)
+	nsocks = max(1, min(nsocks, 64))
+	conns, err := bootstrap.Mesh(c.rank, c.peers, ln, secret, nsocks, tcp, deadline)
+	if err != nil {
+		return err
+	}
+	// Pairs connect concurrently: a handshake waits on its peer, which may
+	// be busy with another pair.
+	err = status.Parallel(c.nranks, func(p int) error {
+		if p == c.rank {
+			return nil
+		}
+		for _, k := range cands[p] {
+			l, err := k.connect(c, p, conns[p], deadline)
+			if err == nil {
+				c.links[p] = l
+				return nil
+			}
+			if !errors.Is(err, errFallback) {
+				return status.Errorf(status.RemoteError, "rank %d: connecting to rank %d via %s failed: %v", c.rank, p, k.name, err)
+			}
+			debuglog.Infof(debuglog.Init, c.rank, "rank %d: %s unavailable (%v), trying the next transport", p, k.name, err)
+		}
+		return status.Errorf(status.InternalError, "rank %d: no transport can connect rank %d", c.rank, p)
+	})
+	if err != nil {
+		for p, l := range c.links {
+			if l != nil {
+				l.Close()
+				c.links[p] = nil
+			} else {
+				for _, x := range conns[p] {
+					if x != nil {
+						x.Close()
+					}
+				}
+			}
+		}
+		return err
+	}
+	for p := range c.peers {
+		if p != c.rank {
+			debuglog.Infof(debuglog.Init, c.rank, "channel to rank %d (pid %d, %s) via %s", p, c.peers[p].Pid, c.peers[p].Addr, c.links[p].Name())
+		}
+	}
+	return nil
+}

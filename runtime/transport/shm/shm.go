@@ -1,0 +1,622 @@
+// Package shm is the shared-memory transport between processes of one host.
+// Each direction of a pair is one segment, created by its receiver as an
+// anonymous memory file (memfd, never a name in /dev/shm) that the sender
+// maps through /proc/PID/fd during the handshake; the descriptors are closed
+// right after, so the memory lives exactly as long as the mappings.
+//
+// Frames go through a FIFO of LL slots. A slot's 8-byte words each carry 4
+// bytes of data and a 4-byte flag (the slot's sequence number), so a
+// receiver knows a word has arrived without any fence or counter: small
+// payloads travel inside the slot this way (the LL protocol). Large payloads
+// are copied into a data ring and the slot only describes them (the Simple
+// protocol; the slot's first word is stored last, with release semantics).
+// The receiver hands ring bytes straight to reductions (RecvWith), and a
+// producer can write into the ring directly (Lend/Commit).
+//
+// Waiters poll, then yield, then sleep on a futex word the other side bumps.
+// Shared memory does not tell a receiver that its peer died, so each link
+// keeps the pair's TCP connection as a control channel: it carries abort
+// reasons, and its end (a process killed with SIGKILL included) wakes every
+// waiter at once.
+package shm
+
+import (
+	"encoding/binary"
+	"io"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"gocl/runtime/transport"
+	"gocl/runtime/wire"
+)
+
+// Slot words: the descriptor, then (LL only) the payload at 4 bytes a word.
+const (
+	wFlags     = 0 // modeSimple, modeMore
+	wLen       = 1 // this piece's payload bytes
+	wStart     = 2 // 2 words: the piece's data-ring position (monotonic)
+	wEnd       = 4 // 2 words: where the data ring is released to after it
+	wHdr       = 6 // 12 words: the frame's wire header (Len = the whole frame)
+	descWords  = wHdr + wire.HeaderSize/4
+	modeSimple = 1
+	modeMore   = 2 // another piece of the same frame follows
+)
+
+// LLMax is the largest payload sent inside a slot (LL protocol); larger ones
+// go through the data ring (Simple protocol).
+const LLMax = (llWords - descWords) * 4
+
+// MaxPiece is the largest payload one slot describes; larger frames are cut
+// into pieces, and the largest a Lend can return.
+const MaxPiece = dataBytes / 2
+
+// BufferedMax bounds Buffered: well inside both the slot FIFO and the ring.
+const BufferedMax = 64 << 10
+
+// Options tune waiting to the host.
+type Options struct {
+	// Oversubscribed means more local ranks than cores: waiters do not busy
+	// poll (a poller would take the core the peer needs) and yield at once.
+	Oversubscribed bool
+}
+
+// mapping is what the cleanup of a forgotten link unmaps.
+type mapping struct {
+	recv, send segment // recv: peer -> self (ours); send: self -> peer (the peer's)
+	users      atomic.Int64
+}
+
+func (m *mapping) unmap() {
+	if m.users.CompareAndSwap(0, -1) {
+		syscall.Munmap(m.recv.mem)
+		syscall.Munmap(m.send.mem)
+	}
+}
+
+type link struct {
+	*mapping
+	self, peer int
+	ctrl       net.Conn
+	ctrlMu     sync.Mutex
+	opts       Options
+
+	// sender side (one sending goroutine at a time)
+	sseq   uint64 // slots posted
+	llTail uint64 // cached: slots the peer has released
+	dhead  uint64 // data-ring bytes allocated
+	dtail  uint64 // cached: data-ring bytes the peer has released
+	lent   piece  // the outstanding Lend, if lent.n > 0
+	// receiver side
+	rseq    uint64
+	scratch []byte
+
+	deadline  atomic.Int64 // unix nanoseconds; 0: none
+	closed    atomic.Bool  // this end closed or aborted
+	dead      atomic.Bool  // the peer's control connection ended
+	reason    atomic.Pointer[string]
+	closeOnce sync.Once
+}
+
+type piece struct {
+	seq        uint64
+	flags, n   int
+	start, end uint64
+	hdr        wire.Header
+}
+
+// Connect sets up the shared-memory link to peer (process peerPid) over the
+// pair's authenticated control connection ctrl, which the link keeps. When
+// either side cannot map the other's segment both get an error wrapping
+// ErrUnavailable and ctrl is left clean (and open) for another transport.
+func Connect(ctrl net.Conn, self, peer, peerPid int, opts Options, deadline time.Time) (transport.Link, error) {
+	recv, send, err := handshake(ctrl, peerPid, deadline)
+	if err != nil {
+		return nil, err
+	}
+	l := &link{mapping: &mapping{recv: recv, send: send}, self: self, peer: peer, ctrl: ctrl, opts: opts}
+	runtime.AddCleanup(l, func(m *mapping) { m.unmap() }, l.mapping)
+	go l.watch()
+	return l, nil
+}
+
+func (l *link) Name() string        { return "shm" }
+func (l *link) Buffered(n int) bool { return n <= BufferedMax }
+
+func (l *link) SetDeadline(t time.Time) {
+	var ns int64
+	if !t.IsZero() {
+		ns = t.UnixNano()
+	}
+	l.deadline.Store(ns)
+}
+
+// enter and exit bracket every use of the mapping, so Close unmaps only once
+// nobody is inside it.
+func (l *link) enter() bool {
+	for {
+		u := l.users.Load()
+		if u < 0 {
+			return false
+		}
+		if l.users.CompareAndSwap(u, u+1) {
+			return true
+		}
+	}
+}
+
+func (l *link) exit() {
+	if l.users.Add(-1) == 0 && l.closed.Load() {
+		l.unmap()
+	}
+}
+
+// watch reads the control connection: an abort frame's reason, then its end.
+func (l *link) watch() {
+	defer func() { recover() }() // a goroutine of ours never takes the process down
+	var hb [5]byte
+	for {
+		if _, err := io.ReadFull(l.ctrl, hb[:]); err != nil {
+			break
+		}
+		n := min(binary.LittleEndian.Uint32(hb[1:]), wire.MaxAbortReason)
+		b := make([]byte, n)
+		if _, err := io.ReadFull(l.ctrl, b); err != nil {
+			break
+		}
+		r := string(b)
+		l.reason.Store(&r)
+		break
+	}
+	l.dead.Store(true)
+	l.wakeSelf()
+}
+
+// wakeSelf wakes this end's sleeping waiters (they then see closed or dead).
+func (l *link) wakeSelf() {
+	if !l.enter() {
+		return
+	}
+	atomic.AddUint32(l.recv.u32(offPosted), 1)
+	wake(l.recv.u32(offPosted))
+	atomic.AddUint32(l.send.u32(offFreed), 1)
+	wake(l.send.u32(offFreed))
+	l.exit()
+}
+
+func (l *link) Close() error {
+	l.closeOnce.Do(func() {
+		l.closed.Store(true)
+		l.wakeSelf()
+		l.ctrl.Close()
+		l.unmap()
+	})
+	return nil
+}
+
+// Abort tells the peer why over the control connection, then closes.
+func (l *link) Abort(reason string) {
+	if l.closed.Load() {
+		return
+	}
+	if len(reason) > wire.MaxAbortReason {
+		reason = reason[:wire.MaxAbortReason]
+	}
+	b := make([]byte, 5+len(reason))
+	b[0] = byte(wire.KindAbort)
+	binary.LittleEndian.PutUint32(b[1:], uint32(len(reason)))
+	copy(b[5:], reason)
+	if l.ctrlMu.TryLock() {
+		l.ctrl.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		l.ctrl.Write(b)
+		l.ctrlMu.Unlock()
+	}
+	l.Close()
+}
+
+// failure is the error for a wait that cannot finish: this end closed, or
+// the peer gone (with its reason when it sent one).
+func (l *link) failure() error {
+	if l.closed.Load() {
+		return transport.Aborted(l.self, l.peer)
+	}
+	if !l.dead.Load() {
+		return nil
+	}
+	if r := l.reason.Load(); r != nil {
+		return transport.PeerFailed(l.self, l.peer, *r)
+	}
+	return transport.PeerClosed(l.self, l.peer, "its shared-memory control connection closed")
+}
+
+const busyPolls = 4096
+
+// await returns once ready() holds: busy polling, then yielding for
+// transport.SpinFor, then sleeping on the futex word fw with *sleep set so
+// the other side knows to wake it. Closing, the peer's death and the
+// deadline end the wait with an error.
+func (l *link) await(ready func() bool, fw, sleep *uint32, what func() string) error {
+	if ready() {
+		return nil
+	}
+	if !l.opts.Oversubscribed {
+		for range busyPolls {
+			if ready() {
+				return nil
+			}
+		}
+	}
+	if transport.Spin(ready) {
+		return nil
+	}
+	for {
+		if err := l.failure(); err != nil {
+			return err
+		}
+		d := time.Second // the control channel wakes us on death; this is a backstop
+		if dl := l.deadline.Load(); dl != 0 {
+			left := time.Duration(dl - time.Now().UnixNano())
+			if left <= 0 {
+				return transport.TimedOut(l.self, l.peer, what())
+			}
+			d = min(d, left)
+		}
+		v := atomic.LoadUint32(fw)
+		atomic.StoreUint32(sleep, 1)
+		if ready() {
+			atomic.StoreUint32(sleep, 0)
+			return nil
+		}
+		wait(fw, v, d)
+		atomic.StoreUint32(sleep, 0)
+		if ready() {
+			return nil
+		}
+	}
+}
+
+// ---- sending ----
+
+// slotFree waits until slot seq may be written.
+func (l *link) slotFree(seq uint64, h *wire.Header) error {
+	if seq <= llSlots || seq-llSlots <= l.llTail {
+		return nil
+	}
+	tail := l.send.u64(offLLTail)
+	return l.await(func() bool {
+		l.llTail = atomic.LoadUint64(tail)
+		return seq-llSlots <= l.llTail
+	}, l.send.u32(offFreed), l.send.u32(offSendWait), func() string { return "sending " + h.Describe() })
+}
+
+// reserve waits for a slot and n contiguous bytes of the data ring.
+func (l *link) reserve(h *wire.Header, n int) (piece, []byte, error) {
+	p := piece{seq: l.sseq + 1, flags: modeSimple, n: n}
+	if err := l.slotFree(p.seq, h); err != nil {
+		return p, nil, err
+	}
+	need := uint64((n + 63) &^ 63)
+	start := l.dhead
+	if pos := start % dataBytes; pos+need > dataBytes {
+		start += dataBytes - pos // the piece must be contiguous: skip the ring's end
+	}
+	end := start + need
+	if end-l.dtail > dataBytes {
+		tail := l.send.u64(offDataTail)
+		err := l.await(func() bool {
+			l.dtail = atomic.LoadUint64(tail)
+			return end-l.dtail <= dataBytes
+		}, l.send.u32(offFreed), l.send.u32(offSendWait), func() string { return "sending " + h.Describe() })
+		if err != nil {
+			return p, nil, err
+		}
+	}
+	p.start, p.end = start, end
+	l.dhead = end
+	pos := int(start % dataBytes)
+	return p, l.send.data()[pos : pos+n : pos+n], nil
+}
+
+// post publishes slot p. Simple slots are written descriptor first and
+// their flags word last (an atomic store: the payload is visible before
+// it); LL slots in order, each word flagged, with no fence at all.
+func (l *link) post(p *piece, payload []byte) {
+	k := int(p.seq % llSlots)
+	flag := uint64(uint32(p.seq)) << 32
+	put := func(i int, v uint32) { *l.send.word(k, i) = flag | uint64(v) }
+	transport.RaceRelease()
+	if p.flags&modeSimple == 0 {
+		put(wFlags, uint32(p.flags))
+	}
+	put(wLen, uint32(p.n))
+	put(wStart, uint32(p.start))
+	put(wStart+1, uint32(p.start>>32))
+	put(wEnd, uint32(p.end))
+	put(wEnd+1, uint32(p.end>>32))
+	var hb [wire.HeaderSize]byte
+	p.hdr.Encode(hb[:])
+	for i := 0; i < wire.HeaderSize/4; i++ {
+		put(wHdr+i, binary.LittleEndian.Uint32(hb[4*i:]))
+	}
+	if p.flags&modeSimple != 0 {
+		transport.RaceRelease()
+		atomic.StoreUint64(l.send.word(k, wFlags), flag|uint64(p.flags))
+	} else {
+		// Every word carries its flag; only the last is an atomic store, so
+		// that the receiver's load of it orders our reads of the payload
+		// before its later writes (the memory model and the race detector
+		// need that edge; on x86 it is free anyway).
+		i := descWords
+		for len(payload) > 4 {
+			put(i, binary.LittleEndian.Uint32(payload))
+			payload = payload[4:]
+			i++
+		}
+		var last [4]byte
+		copy(last[:], payload)
+		if len(payload) == 0 {
+			i-- // no payload: the header's last word is the last
+			last = [4]byte(hb[wire.HeaderSize-4:])
+		}
+		transport.RaceRelease()
+		atomic.StoreUint64(l.send.word(k, i), flag|uint64(binary.LittleEndian.Uint32(last[:])))
+	}
+	l.sseq = p.seq
+	// A locked add: a full barrier between the slot's stores and the load
+	// of the receiver's sleep flag (the receiver does the mirror image).
+	atomic.AddUint32(l.send.u32(offPosted), 1)
+	if atomic.LoadUint32(l.send.u32(offRecvWait)) != 0 {
+		wake(l.send.u32(offPosted))
+	}
+}
+
+func (l *link) Send(h *wire.Header, data []byte) error {
+	h.Len = uint64(len(data))
+	if !l.enter() {
+		return transport.Aborted(l.self, l.peer)
+	}
+	defer l.exit()
+	if err := l.failure(); err != nil {
+		return err
+	}
+	if len(data) <= LLMax {
+		p := piece{seq: l.sseq + 1, n: len(data), hdr: *h}
+		if err := l.slotFree(p.seq, h); err != nil {
+			return err
+		}
+		l.post(&p, data)
+		return nil
+	}
+	for off := 0; off < len(data); {
+		n := min(len(data)-off, MaxPiece)
+		p, buf, err := l.reserve(h, n)
+		if err != nil {
+			return err
+		}
+		copy(buf, data[off:off+n])
+		off += n
+		p.hdr = *h
+		if off < len(data) {
+			p.flags |= modeMore
+		}
+		l.post(&p, nil)
+	}
+	return nil
+}
+
+// Lend returns the data-ring bytes the peer will read the next frame from.
+func (l *link) Lend(n int) ([]byte, bool, error) {
+	if n <= 0 || n > MaxPiece {
+		return nil, false, nil
+	}
+	if !l.enter() {
+		return nil, false, transport.Aborted(l.self, l.peer)
+	}
+	if err := l.failure(); err != nil {
+		l.exit()
+		return nil, false, err
+	}
+	h := wire.Header{Len: uint64(n)}
+	p, buf, err := l.reserve(&h, n)
+	if err != nil {
+		l.exit()
+		return nil, false, err
+	}
+	l.lent = p // holds the enter until Commit: the mapping stays while the slot is lent
+	return buf, true, nil
+}
+
+// Commit sends the lent bytes as one frame.
+func (l *link) Commit(h *wire.Header) error {
+	if l.lent.n == 0 {
+		return transport.Aborted(l.self, l.peer) // no Lend outstanding: a caller bug, reported as failure
+	}
+	p := l.lent
+	l.lent = piece{}
+	defer l.exit()
+	h.Len = uint64(p.n)
+	if err := l.failure(); err != nil {
+		return err
+	}
+	p.hdr = *h
+	l.post(&p, nil)
+	return nil
+}
+
+// ---- receiving ----
+
+// word waits for word i of slot seq and returns its data half.
+func (l *link) word(seq uint64, i int, want *wire.Header) (uint32, error) {
+	w := l.recv.word(int(seq%llSlots), i)
+	flag := uint32(seq)
+	v := atomic.LoadUint64(w)
+	if uint32(v>>32) == flag {
+		return uint32(v), nil
+	}
+	err := l.await(func() bool {
+		v = atomic.LoadUint64(w)
+		return uint32(v>>32) == flag
+	}, l.recv.u32(offPosted), l.recv.u32(offRecvWait), func() string { return "waiting for " + want.Describe() })
+	return uint32(v), err
+}
+
+// next waits for the next slot and decodes its descriptor.
+func (l *link) next(want *wire.Header) (piece, error) {
+	p := piece{seq: l.rseq + 1}
+	var d [descWords]uint32
+	for i := range d {
+		v, err := l.word(p.seq, i, want)
+		if err != nil {
+			return p, err
+		}
+		d[i] = v
+	}
+	p.flags, p.n = int(d[wFlags]), int(d[wLen])
+	p.start = uint64(d[wStart]) | uint64(d[wStart+1])<<32
+	p.end = uint64(d[wEnd]) | uint64(d[wEnd+1])<<32
+	var hb [wire.HeaderSize]byte
+	for i := 0; i < wire.HeaderSize/4; i++ {
+		binary.LittleEndian.PutUint32(hb[4*i:], d[wHdr+i])
+	}
+	h, err := wire.Decode(hb[:])
+	if err != nil {
+		return p, transport.PeerClosed(l.self, l.peer, "corrupt shared-memory slot: "+err.Error())
+	}
+	p.hdr = h
+	return p, nil
+}
+
+// llPayload decodes an LL piece's payload into dst (len(dst) == p.n).
+func (l *link) llPayload(p *piece, dst []byte, want *wire.Header) error {
+	i := descWords
+	for len(dst) > 0 {
+		v, err := l.word(p.seq, i, want)
+		if err != nil {
+			return err
+		}
+		if len(dst) >= 4 {
+			binary.LittleEndian.PutUint32(dst, v)
+			dst = dst[4:]
+		} else {
+			var b [4]byte
+			binary.LittleEndian.PutUint32(b[:], v)
+			copy(dst, b[:])
+			dst = nil
+		}
+		i++
+	}
+	return nil
+}
+
+func (l *link) ring(p *piece) []byte {
+	pos := int(p.start % dataBytes)
+	return l.recv.data()[pos : pos+p.n]
+}
+
+// release frees piece p's slot and ring bytes and wakes a sleeping sender.
+func (l *link) release(p *piece) {
+	l.rseq = p.seq
+	if p.flags&modeSimple != 0 {
+		atomic.StoreUint64(l.recv.u64(offDataTail), p.end)
+	}
+	atomic.StoreUint64(l.recv.u64(offLLTail), p.seq) // an xchg: a full barrier before the load below
+	if atomic.LoadUint32(l.recv.u32(offSendWait)) != 0 {
+		atomic.AddUint32(l.recv.u32(offFreed), 1)
+		wake(l.recv.u32(offFreed))
+	}
+}
+
+// frame reads one frame, calling into(p, payload-or-nil) per piece after the
+// header has been checked on the first.
+func (l *link) frame(want *wire.Header, piece func(p *piece) error) error {
+	if !l.enter() {
+		return transport.Aborted(l.self, l.peer)
+	}
+	defer l.exit()
+	if l.closed.Load() {
+		return transport.Aborted(l.self, l.peer)
+	}
+	for first := true; ; first = false {
+		p, err := l.next(want)
+		if err != nil {
+			return err
+		}
+		transport.RaceAcquire()
+		if first {
+			if err := transport.CheckFrame(want, &p.hdr, l.self, l.peer); err != nil {
+				return err
+			}
+		}
+		if err := piece(&p); err != nil {
+			return err
+		}
+		transport.RaceAcquire()
+		l.release(&p)
+		if p.flags&modeMore == 0 {
+			return nil
+		}
+	}
+}
+
+func (l *link) RecvInto(want *wire.Header, dst []byte) error {
+	want.Len = uint64(len(dst))
+	off := 0
+	return l.frame(want, func(p *piece) error {
+		if off+p.n > len(dst) {
+			return transport.PeerClosed(l.self, l.peer, "shared-memory frame longer than its header says")
+		}
+		d := dst[off : off+p.n]
+		off += p.n
+		if p.flags&modeSimple == 0 {
+			return l.llPayload(p, d, want)
+		}
+		copy(d, l.ring(p))
+		return nil
+	})
+}
+
+func (l *link) RecvWith(want *wire.Header, use func(payload []byte)) error {
+	n := int(want.Len)
+	off := 0
+	return l.frame(want, func(p *piece) error {
+		whole := off == 0 && p.flags&modeMore == 0
+		if whole && p.flags&modeSimple != 0 {
+			use(l.ring(p)) // straight from the ring: no copy
+			return nil
+		}
+		if cap(l.scratch) < n {
+			l.scratch = make([]byte, n)
+		}
+		buf := l.scratch[:n]
+		if off+p.n > n {
+			return transport.PeerClosed(l.self, l.peer, "shared-memory frame longer than its header says")
+		}
+		if p.flags&modeSimple == 0 {
+			if err := l.llPayload(p, buf[off:off+p.n], want); err != nil {
+				return err
+			}
+		} else {
+			copy(buf[off:], l.ring(p))
+		}
+		off += p.n
+		if p.flags&modeMore == 0 {
+			use(buf)
+		}
+		return nil
+	})
+}
+
+// Pending reports whether the next frame's first word has arrived, or the
+// link has failed (a receive would then return at once).
+func (l *link) Pending() bool {
+	if !l.enter() {
+		return true
+	}
+	defer l.exit()
+	seq := l.rseq + 1
+	v := atomic.LoadUint64(l.recv.word(int(seq%llSlots), wFlags))
+	return uint32(v>>32) == uint32(seq) || l.closed.Load() || l.dead.Load()
+}

@@ -1,0 +1,3 @@
+package shm
+
+const sysMemfdCreate = 279

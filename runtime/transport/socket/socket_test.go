@@ -1,0 +1,32 @@
+package socket_test
+
+import (
+	"net"
+	"testing"
+
+	"gocl/runtime/transport"
+	"gocl/runtime/transport/socket"
+	"gocl/runtime/transport/transporttest"
+)
+
+// pair connects two ends over two loopback TCP connections (striping on).
+func pair(t *testing.T) (transport.Link, transport.Link) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var as, bs []net.Conn
+	for range 2 {
+		acc := make(chan net.Conn, 1)
+		go func() { c, _ := ln.Accept(); acc <- c }()
+		a, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		as, bs = append(as, a), append(bs, <-acc)
+	}
+	return socket.New(as, 0, 1), socket.New(bs, 1, 0)
+}
+
+func TestConformance(t *testing.T) { transporttest.Run(t, pair) }

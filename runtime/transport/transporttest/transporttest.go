@@ -1,0 +1,460 @@
+// Package transporttest is a conformance suite for transport.Link, in the
+// manner of testing/fstest: a transport's tests hand it a way to make a
+// connected pair, and it checks what every Link promises (frame order and
+// contents at every size, header checks, deadlines, abort reasons, peer
+// close, Buffered, and the optional Lender and Prober capabilities).
+package transporttest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gocl/runtime/status"
+	"gocl/runtime/transport"
+	"gocl/runtime/wire"
+)
+
+// Pair makes two connected ends: a is rank 0's link to rank 1, b rank 1's
+// link to rank 0. The suite closes both.
+type Pair func(t *testing.T) (a, b transport.Link)
+
+// Sizes are the payload sizes every transport must carry; they straddle the
+// usual protocol and striping thresholds.
+var Sizes = []int{0, 1, 3, 4, 7, 8, 63, 64, 100, 1000, 1975, 1976, 1977, 2048, 4095, 4097,
+	32 << 10, 64<<10 + 3, 256<<10 + 1, 1 << 20, 2<<20 + 5, 5<<20 + 7}
+
+func hdr(step int) *wire.Header {
+	return &wire.Header{Kind: wire.KindColl, Coll: wire.AllReduce, Dtype: 0, Seq: 7, Count: 1, Step: uint32(step)}
+}
+
+func fill(r *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := 0; i < n; i += 8 {
+		v := r.Uint64()
+		for j := i; j < min(i+8, n); j++ {
+			b[j] = byte(v >> (8 * (j - i)))
+		}
+	}
+	return b
+}
+
+// Run runs the whole suite.
+func Run(t *testing.T, pair Pair) {
+	t.Run("Order", func(t *testing.T) { testOrder(t, pair) })
+	t.Run("Stress", func(t *testing.T) { testStress(t, pair) })
+	t.Run("Mismatch", func(t *testing.T) { testMismatch(t, pair) })
+	t.Run("Deadline", func(t *testing.T) { testDeadline(t, pair) })
+	t.Run("AbortReason", func(t *testing.T) { testAbort(t, pair) })
+	t.Run("PeerClose", func(t *testing.T) { testPeerClose(t, pair) })
+	t.Run("LocalClose", func(t *testing.T) { testLocalClose(t, pair) })
+	t.Run("Buffered", func(t *testing.T) { testBuffered(t, pair) })
+	t.Run("Lender", func(t *testing.T) { testLender(t, pair) })
+	t.Run("Prober", func(t *testing.T) { testProber(t, pair) })
+}
+
+func open(t *testing.T, pair Pair) (a, b transport.Link) {
+	a, b = pair(t)
+	t.Cleanup(func() { a.Close(); b.Close() })
+	dl := time.Now().Add(30 * time.Second)
+	a.SetDeadline(dl)
+	b.SetDeadline(dl)
+	return a, b
+}
+
+// goSend sends on its own goroutine (inproc Sends wait for the receiver).
+func goSend(f func() error) <-chan error {
+	ch := make(chan error, 1)
+	go func() {
+		var err error
+		defer func() { ch <- err }()
+		defer status.Catch(&err)
+		err = f()
+	}()
+	return ch
+}
+
+// Order: frames of every size arrive whole and in order, both ways at once,
+// through RecvInto and RecvWith alike.
+func testOrder(t *testing.T, pair Pair) {
+	a, b := open(t, pair)
+	r := rand.New(rand.NewPCG(1, 2))
+	var msgs [][]byte
+	for _, n := range Sizes {
+		if testing.Short() && n > 3<<20 {
+			continue
+		}
+		msgs = append(msgs, fill(r, n))
+	}
+	one := func(tx, rx transport.Link) error {
+		done := goSend(func() error {
+			for i, m := range msgs {
+				if err := tx.Send(hdr(i), m); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		for i, m := range msgs {
+			if i%2 == 0 {
+				got := make([]byte, len(m))
+				if err := rx.RecvInto(hdr(i), got); err != nil {
+					return err
+				}
+				if !bytes.Equal(got, m) {
+					return fmt.Errorf("frame %d (%d bytes) corrupted via RecvInto", i, len(m))
+				}
+			} else {
+				h := hdr(i)
+				h.Len = uint64(len(m))
+				var ok bool
+				if err := rx.RecvWith(h, func(p []byte) { ok = bytes.Equal(p, m) }); err != nil {
+					return err
+				}
+				if !ok {
+					return fmt.Errorf("frame %d (%d bytes) corrupted via RecvWith", i, len(m))
+				}
+			}
+		}
+		return <-done
+	}
+	errs := make(chan error, 2)
+	go func() { errs <- one(a, b) }()
+	go func() { errs <- one(b, a) }()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Stress: many frames of random sizes, enough to wrap every FIFO many times.
+func testStress(t *testing.T, pair Pair) {
+	a, b := open(t, pair)
+	r := rand.New(rand.NewPCG(3, 4))
+	frames := 3000
+	if testing.Short() {
+		frames = 300
+	}
+	sizes := make([]int, frames)
+	for i := range sizes {
+		switch r.IntN(4) {
+		case 0:
+			sizes[i] = r.IntN(64)
+		case 1:
+			sizes[i] = r.IntN(4096)
+		case 2:
+			sizes[i] = r.IntN(300 << 10)
+		default:
+			sizes[i] = r.IntN(16)
+		}
+	}
+	pattern := func(i, n int) []byte {
+		b := make([]byte, n)
+		for j := range b {
+			b[j] = byte(i*131 + j*7)
+		}
+		return b
+	}
+	done := goSend(func() error {
+		for i, n := range sizes {
+			if err := a.Send(hdr(i), pattern(i, n)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for i, n := range sizes {
+		got := make([]byte, n)
+		if err := b.RecvInto(hdr(i), got); err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		if !bytes.Equal(got, pattern(i, n)) {
+			t.Fatalf("frame %d (%d bytes) corrupted", i, n)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Mismatch: a frame that differs from what the receiver expects is an
+// error naming both calls, never a hang or silent acceptance.
+func testMismatch(t *testing.T, pair Pair) {
+	a, b := open(t, pair)
+	done := goSend(func() error { return a.Send(hdr(0), make([]byte, 16)) })
+	err := b.RecvInto(hdr(0), make([]byte, 8))
+	if err == nil || status.CodeOf(err) != status.RemoteError {
+		t.Fatalf("16 bytes received as 8: want a remote error, got %v", err)
+	}
+	var m *wire.MismatchError
+	if !errors.As(err, &m) {
+		t.Errorf("want a wire.MismatchError in the chain, got %v", err)
+	}
+	b.Close()
+	<-done
+}
+
+// Deadline: a receive with nothing coming, and a send nobody reads, fail with
+// goclTimeout soon after the deadline.
+func testDeadline(t *testing.T, pair Pair) {
+	a, b := open(t, pair)
+	b.SetDeadline(time.Now().Add(200 * time.Millisecond))
+	start := time.Now()
+	err := b.RecvInto(hdr(0), make([]byte, 8))
+	if status.CodeOf(err) != status.Timeout {
+		t.Fatalf("receive: want a timeout, got %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("receive timed out after %v, deadline was 200ms", d)
+	}
+	a.SetDeadline(time.Now().Add(200 * time.Millisecond))
+	big := make([]byte, 64<<20) // more than any transport buffers
+	start = time.Now()
+	err = a.Send(hdr(0), big)
+	if status.CodeOf(err) != status.Timeout {
+		t.Fatalf("send of 64 MiB nobody reads: want a timeout, got %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("send timed out after %v, deadline was 200ms", d)
+	}
+}
+
+// AbortReason: the peer's blocked receive fails with the reason.
+func testAbort(t *testing.T, pair Pair) {
+	a, b := open(t, pair)
+	errc := make(chan error, 1)
+	go func() { errc <- b.RecvInto(hdr(0), make([]byte, 8)) }()
+	time.Sleep(50 * time.Millisecond)
+	a.Abort("root cause: rank 0 ran out of disk")
+	select {
+	case err := <-errc:
+		if status.CodeOf(err) != status.RemoteError || !strings.Contains(err.Error(), "ran out of disk") {
+			t.Fatalf("want a remote error carrying the abort reason, got %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the peer's receive still waits 5 s after the abort")
+	}
+	if err := a.Send(hdr(0), []byte{1}); status.CodeOf(err) != status.RemoteError {
+		t.Errorf("send on an aborted link: want a remote error, got %v", err)
+	}
+}
+
+// PeerClose: frames sent before the peer closed are still delivered, then
+// receives fail promptly with a remote error.
+func testPeerClose(t *testing.T, pair Pair) {
+	a, b := open(t, pair)
+	msg := []byte("last words")
+	if a.Buffered(len(msg)) {
+		if err := a.Send(hdr(0), msg); err != nil {
+			t.Fatal(err)
+		}
+		a.Close()
+		got := make([]byte, len(msg))
+		if err := b.RecvInto(hdr(0), got); err != nil || !bytes.Equal(got, msg) {
+			t.Fatalf("a frame sent before close: got %q, %v", got, err)
+		}
+	} else {
+		a.Close()
+	}
+	start := time.Now()
+	err := b.RecvInto(hdr(1), make([]byte, 8))
+	if status.CodeOf(err) != status.RemoteError {
+		t.Fatalf("receive from a closed peer: want a remote error, got %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %v to notice the closed peer", d)
+	}
+}
+
+// LocalClose: Close on this end fails this end's blocked calls.
+func testLocalClose(t *testing.T, pair Pair) {
+	_, b := open(t, pair)
+	errc := make(chan error, 1)
+	go func() { errc <- b.RecvInto(hdr(0), make([]byte, 8)) }()
+	time.Sleep(50 * time.Millisecond)
+	b.Close()
+	select {
+	case err := <-errc:
+		if status.CodeOf(err) != status.RemoteError {
+			t.Fatalf("want a remote error, got %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a receive blocked on a closed link still waits after 5 s")
+	}
+}
+
+// Buffered: what the link says it buffers, it does: sends that total n bytes
+// return while the peer receives nothing.
+func testBuffered(t *testing.T, pair Pair) {
+	a, b := open(t, pair)
+	var n int
+	for n = 1; n <= 1<<20 && a.Buffered(2*n); n *= 2 {
+	}
+	if !a.Buffered(n) {
+		return // buffers nothing (inproc)
+	}
+	// n bytes in frames of 8 bytes and of n/4 bytes: both must fit.
+	var frames []int
+	for sum := 0; sum+8 <= n/2; sum += 8 {
+		frames = append(frames, 8)
+	}
+	frames = frames[:min(len(frames), 32)]
+	rest := n
+	for _, f := range frames {
+		rest -= f
+	}
+	for rest > 0 {
+		f := min(rest, max(n/4, 1))
+		frames = append(frames, f)
+		rest -= f
+	}
+	done := goSend(func() error {
+		for i, f := range frames {
+			if err := a.Send(hdr(i), make([]byte, f)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Buffered(%d) is true but %d frames totalling it did not go out without a receiver", n, len(frames))
+	}
+	for i, f := range frames {
+		if err := b.RecvInto(hdr(i), make([]byte, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Lender: a lent slot holds what the producer wrote when the peer reads it,
+// interleaved with plain sends, and across many reuses of the memory.
+func testLender(t *testing.T, pair Pair) {
+	a, b := open(t, pair)
+	ln, ok := a.(transport.Lender)
+	if !ok {
+		t.Skip("not a Lender")
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	frames := 200
+	if testing.Short() {
+		frames = 30
+	}
+	var mu sync.Mutex
+	sent := make([][]byte, frames)
+	done := goSend(func() error {
+		for i := range frames {
+			n := 1 + r.IntN(512<<10)
+			m := fill(r, n)
+			mu.Lock()
+			sent[i] = m
+			mu.Unlock()
+			if i%3 == 2 {
+				if err := a.Send(hdr(i), m); err != nil {
+					return err
+				}
+				continue
+			}
+			slot, ok, err := ln.Lend(n)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				if err := a.Send(hdr(i), m); err != nil {
+					return err
+				}
+				continue
+			}
+			if len(slot) != n {
+				return fmt.Errorf("Lend(%d) returned %d bytes", n, len(slot))
+			}
+			copy(slot, m)
+			if err := ln.Commit(hdr(i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for i := range frames {
+		h := hdr(i)
+		var got []byte
+		// The receiver learns the size from the sender's record.
+		for {
+			mu.Lock()
+			got = sent[i]
+			mu.Unlock()
+			if got != nil {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		h.Len = uint64(len(got))
+		var same bool
+		if err := b.RecvWith(h, func(p []byte) { same = bytes.Equal(p, got) }); err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		if !same {
+			t.Fatalf("frame %d (%d bytes): lent slot corrupted", i, len(got))
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// Closing with a slot lent must neither crash nor hang, and Commit then fails.
+	if slot, ok, err := ln.Lend(4096); err == nil && ok {
+		slot[0] = 1
+		a.Close()
+		slot[len(slot)-1] = 2 // still mapped until Commit
+		if err := ln.Commit(hdr(0)); err == nil {
+			t.Error("Commit after Close succeeded")
+		}
+	}
+}
+
+// Prober: Pending is false with nothing sent, true once a frame waits (or
+// the link failed), and a receive then does not wait.
+func testProber(t *testing.T, pair Pair) {
+	a, b := open(t, pair)
+	p, ok := b.(transport.Prober)
+	if !ok {
+		t.Skip("not a Prober")
+	}
+	if p.Pending() {
+		t.Fatal("Pending before anything was sent")
+	}
+	done := goSend(func() error { return a.Send(hdr(0), []byte("x")) })
+	deadline := time.Now().Add(5 * time.Second)
+	for !p.Pending() {
+		if time.Now().After(deadline) {
+			t.Fatal("Pending stays false with a frame sent")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := b.RecvInto(hdr(0), make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if p.Pending() {
+		t.Fatal("Pending after the only frame was received")
+	}
+	a.Close()
+	deadline = time.Now().Add(5 * time.Second)
+	for !p.Pending() {
+		if time.Now().After(deadline) {
+			t.Fatal("Pending stays false after the peer closed (a receive would fail at once)")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
