@@ -215,18 +215,32 @@ func checkMovement(c *Comm, k *checker, t kernels.DataType, count, root int, inP
 	return nil
 }
 
+// algoRanks is, per forced algorithm, the clique sizes the matrices run on:
+// 1..8 ranks (halving-doubling: powers of two, which it needs; elsewhere the
+// tuner falls back to the model), fewer in -short (the -race run).
+func algoRanks(short bool) map[string][]int {
+	if short {
+		return map[string][]int{"ring": {1, 3, 5}, "direct": {2, 3}, "tree": {2, 3, 5}, "halvingdoubling": {2, 4}}
+	}
+	all := []int{1, 2, 3, 4, 5, 6, 7, 8}
+	return map[string][]int{"ring": all, "direct": all, "tree": all, "halvingdoubling": {1, 2, 4, 8}}
+}
+
+var algoNames = []string{"ring", "direct", "tree", "halvingdoubling"}
+
 // TestCollectivesInProcess runs the whole matrix on 1..8 in-process ranks,
-// once per algorithm, with a small chunk so pipelining is exercised.
+// once per forced algorithm, with a small chunk so pipelining is exercised.
 func TestCollectivesInProcess(t *testing.T) {
 	const chunk = 4096
-	ranks, types := []int{1, 2, 3, 4, 5, 6, 7, 8}, allTypes
+	types := allTypes
 	if testing.Short() { // the -race run: every code path, fewer repetitions
-		ranks, types = []int{1, 2, 3, 5}, []kernels.DataType{kernels.Int8, kernels.Uint32, kernels.Float16, kernels.Float64}
+		types = []kernels.DataType{kernels.Int8, kernels.Uint32, kernels.Float16, kernels.Float64}
 	}
-	for _, algo := range []string{"ring", "direct"} {
-		for _, n := range ranks {
+	ranks := algoRanks(testing.Short())
+	for _, algo := range algoNames {
+		for _, n := range ranks[algo] {
 			t.Run(fmt.Sprintf("%s/n=%d", algo, n), func(t *testing.T) {
-				setEnv(t, "GOCL_ALGO", algo, "GOCL_BUFFSIZE", fmt.Sprint(chunk))
+				setEnv(t, "GOCL_ALGO", algo, "GOCL_BUFFSIZE", fmt.Sprint(chunk), "GOCL_DIRECT_THRESHOLD", "0")
 				sizes := []int{0, 1, 7, 1023}
 				clique(t, n, func(c *Comm) error {
 					if err := matrix(c, types, sizes); err != nil {
@@ -247,16 +261,22 @@ func TestCollectivesInProcess(t *testing.T) {
 func TestCollectivesSockets(t *testing.T) {
 	ranks := []int{2, 3, 5, 8}
 	if testing.Short() {
-		ranks = []int{3}
+		ranks = []int{3, 4}
 	}
-	for _, n := range ranks {
-		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			setEnv(t, "GOCL_P2P_DISABLE", "1", "GOCL_BUFFSIZE", "300000", "GOCL_NSOCKS_PERTHREAD", "3", "GOCL_SOCKET_IFNAME", "lo")
-			clique(t, n, func(c *Comm) error {
-				return matrix(c, []kernels.DataType{kernels.Int8, kernels.Float32, kernels.Float16, kernels.Uint64},
-					[]int{0, 1, 7, 300001 / 4, 1 << 17})
+	for _, algo := range algoNames {
+		for _, n := range ranks {
+			if algo == "halvingdoubling" && n&(n-1) != 0 {
+				continue
+			}
+			t.Run(fmt.Sprintf("%s/n=%d", algo, n), func(t *testing.T) {
+				setEnv(t, "GOCL_P2P_DISABLE", "1", "GOCL_BUFFSIZE", "300000", "GOCL_NSOCKS_PERTHREAD", "3", "GOCL_SOCKET_IFNAME", "lo",
+					"GOCL_ALGO", algo, "GOCL_DIRECT_THRESHOLD", "0")
+				clique(t, n, func(c *Comm) error {
+					return matrix(c, []kernels.DataType{kernels.Int8, kernels.Float32, kernels.Float16, kernels.Uint64},
+						[]int{0, 1, 7, 300001 / 4, 1 << 17})
+				})
 			})
-		})
+		}
 	}
 }
 

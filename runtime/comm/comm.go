@@ -35,7 +35,7 @@ type Comm struct {
 	peers                 []bootstrap.PeerInfo
 	links                 []transport.Link
 	key                   string
-	plan                  tune.Plan
+	plan                  *tune.Plan // nil until init's exchange: every call is direct
 	chunk                 int
 
 	opMu    sync.Mutex // one operation at a time; held for the whole call
@@ -86,6 +86,10 @@ func InitRank(id bootstrap.ID, nranks, rank, device int) (*Comm, error) {
 	if err := config.Check(); err != nil {
 		return nil, status.Errorf(status.InvalidArgument, "%w", err)
 	}
+	settings, err := tune.FromConfig()
+	if err != nil {
+		return nil, status.Errorf(status.InvalidArgument, "%w", err)
+	}
 	if nranks <= 0 {
 		return nil, status.Errorf(status.InvalidArgument, "nranks is %d: a communicator needs at least one rank", nranks)
 	}
@@ -124,7 +128,7 @@ func InitRank(id bootstrap.ID, nranks, rank, device int) (*Comm, error) {
 		return nil, err
 	}
 	c := &Comm{rank: rank, nranks: nranks, device: device, peers: peers, key: id.Key(),
-		plan: tune.FromConfig(), chunk: config.IntOr("BUFFSIZE", 1<<20),
+		chunk: config.IntOr("BUFFSIZE", 1<<20),
 		links: make([]transport.Link, nranks), sendSeq: make([]uint64, nranks), recvSeq: make([]uint64, nranks),
 		redops: map[int32]preMulSum{}, nextOp: 5, flight: newFlightRecorder(config.IntOr("TRACE_BUFFER", 0))}
 	c.cond = sync.NewCond(&c.stateMu)
@@ -153,8 +157,13 @@ func InitRank(id bootstrap.ID, nranks, rank, device int) (*Comm, error) {
 			debuglog.Infof(debuglog.Init, rank, "channel to rank %d (pid %d, %s) via %s", p, peers[p].Pid, peers[p].Addr, c.links[p].Name())
 		}
 	}
-	debuglog.Infof(debuglog.Init, rank, "init done: rank %d/%d, node %d/%d, local rank %d/%d, chunk %d B, direct up to %d B (GOCL_ALGO=%q)",
-		rank, nranks, c.node, c.nnodes, c.localRank, c.localRanks, c.chunk, c.plan.DirectThreshold, c.plan.Force)
+	if err := c.setupTuner(settings); err != nil {
+		c.fail(err)
+		c.release()
+		return nil, err
+	}
+	debuglog.Infof(debuglog.Init, rank, "init done: rank %d/%d, node %d/%d, local rank %d/%d, chunk %d B, %s, direct up to %d B",
+		rank, nranks, c.node, c.nnodes, c.localRank, c.localRanks, c.chunk, settings, settings.DirectMax)
 	return c, nil
 }
 

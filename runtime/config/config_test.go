@@ -53,7 +53,7 @@ func TestNoFallbackToGoclsOwnNCCLVariables(t *testing.T) {
 
 func TestCheckNamesTheVariable(t *testing.T) {
 	t.Cleanup(Reset)
-	for k, v := range map[string]string{"GOCL_BUFFSIZE": "big", "GOCL_TIMEOUT": "soon", "GOCL_ALGO": "tree"} {
+	for k, v := range map[string]string{"GOCL_BUFFSIZE": "big", "GOCL_TIMEOUT": "soon"} {
 		t.Run(k, func(t *testing.T) {
 			t.Setenv(k, v)
 			Reset()
