@@ -145,7 +145,6 @@ func AllReduceTree(c *Ctx, send, recv []byte, count int) error {
 	})
 }
 
-
 // AllReduceHalvingDoubling is recursive halving (a reduce-scatter of n
 // segments) then recursive doubling (an allgather): the ring's traffic in
 // 2·log2(n) steps. Only for a power-of-two number of ranks. Each segment is
