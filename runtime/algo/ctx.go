@@ -102,6 +102,3 @@ func (c *Ctx) local(send, recv []byte) {
 	c.prepare(recv, send)
 	c.Red.Finalize(recv)
 }
-
-// PowerOfTwo reports whether n is a power of two (halving-doubling needs it).
-func PowerOfTwo(n int) bool { return n > 0 && n&(n-1) == 0 }

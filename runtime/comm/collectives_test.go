@@ -2,6 +2,7 @@ package comm
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"gocl/kernels"
@@ -319,4 +320,24 @@ func TestSmallChunksOverSocketsDoNotDeadlock(t *testing.T) {
 		send := fill(kernels.Float32, kernels.Sum, c.Rank(), count)
 		return c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(send), Recv: ptr(send), Count: count, Type: kernels.Float32})
 	})
+}
+
+// A malformed GOCL_ALGO or GOCL_PROTO (or their NCCL_ fallbacks) fails init
+// with a message naming the variable and the syntax.
+func TestBadAlgoSettingFailsInit(t *testing.T) {
+	for _, kv := range [][2]string{{"GOCL_ALGO", "rings"}, {"NCCL_ALGO", "allreduce:tree;ring"}, {"GOCL_PROTO", "LL64"}} {
+		t.Run(kv[0], func(t *testing.T) {
+			setEnv(t, kv[0], kv[1])
+			comms, err := InitAll(2, nil)
+			if err == nil {
+				for _, c := range comms {
+					c.Destroy()
+				}
+				t.Fatalf("%s=%s: init succeeded", kv[0], kv[1])
+			}
+			if msg := err.Error(); !strings.Contains(msg, kv[0]+"=") || !strings.Contains(msg, "comma list") {
+				t.Errorf("%s=%s: %v", kv[0], kv[1], err)
+			}
+		})
+	}
 }

@@ -251,7 +251,7 @@ func (p *Plan) describeCosts() string {
 	var parts []string
 	for pr := range numProtos {
 		if c := p.costs[pr]; c.Beta > 0 {
-			parts = append(parts, fmt.Sprintf("%s %.2g µs + B/%.3g GB/s", pr, c.Alpha, c.Beta))
+			parts = append(parts, fmt.Sprintf("%s/%s %.2g µs + bytes at %.3g GB/s", c.Transport, pr, c.Alpha, c.Beta))
 		}
 	}
 	return strings.Join(parts, ", ")
