@@ -10,15 +10,17 @@ type Cost struct {
 	Beta      float64 // GB/s
 }
 
-// Costs seeds the model. Measured on a 2-core x86 VM with
-// `go test -bench AllReduce ./runtime/comm` (8 B for Alpha, 16 MiB for
-// Beta, 2 ranks), rounded; a transport missing here costs like "socket". A
-// transport offers a protocol only if it has a row for it.
+// Costs seeds the model. Alpha and Beta of inproc and socket come from
+// `go test -bench AllReduce ./runtime/comm` with 2 ranks on a 2-core x86 VM
+// (8 B calls for Alpha; 16 MiB for Beta, less the reduction), rounded; the
+// shm rows are estimates for a shared-memory FIFO (spin wake-ups; LL at half
+// the bandwidth). A transport missing here costs like "socket"; a transport
+// offers a protocol only if it has a row for it.
 var Costs = []Cost{
-	{"inproc", Simple, 4, 6},
-	{"socket", Simple, 25, 1.5},
+	{"inproc", Simple, 10, 4},
+	{"socket", Simple, 30, 1},
 	{"shm", Simple, 2, 6},
-	{"shm", LL, 0.5, 2},
+	{"shm", LL, 0.5, 3},
 }
 
 // ReduceGBs is the speed of the reduction kernels (bytes of output per
