@@ -10,10 +10,11 @@ type Tree struct {
 }
 
 // DoubleTree returns rank's place in the two trees of NCCL's double binary
-// tree over n ranks. Each tree is a balanced in-order binary tree over
-// positions 0..m-1; the second tree mirrors the positions when m is even and
-// shifts them by one when m is odd, so most inner nodes of one tree are
-// leaves of the other and the two halves of a buffer load different links.
+// tree over n ranks. Each tree is the in-order binary tree over positions
+// 0..m-1 in which odd positions are inner nodes and even ones leaves; the
+// second tree mirrors the positions when m is even and shifts them by one
+// when m is odd, so the inner nodes of one tree are (almost all) leaves of
+// the other and the two halves of a buffer load different ranks and links.
 // With root < 0 the trees span all ranks (allreduce) and have different
 // roots; with root >= 0 both hang below root, which has one child in each.
 func DoubleTree(n, rank, root int) [2]Tree {
@@ -24,9 +25,6 @@ func DoubleTree(n, rank, root int) [2]Tree {
 	var out [2]Tree
 	for t := range out {
 		toRank := func(pos int) int {
-			if pos < 0 {
-				return -1
-			}
 			if t == 1 {
 				pos = mirror(m, pos)
 			}
@@ -35,7 +33,7 @@ func DoubleTree(n, rank, root int) [2]Tree {
 		if rank == root {
 			out[t] = Tree{Parent: -1}
 			if m > 0 {
-				out[t].Kids = []int{toRank(top(m))}
+				out[t].Kids = []int{toRank(treeRoot(m))}
 			}
 			continue
 		}
@@ -43,12 +41,16 @@ func DoubleTree(n, rank, root int) [2]Tree {
 		if t == 1 {
 			pos = unmirror(m, pos)
 		}
-		parent, l, r := inorder(m, pos)
-		out[t].Parent = toRank(parent)
-		if parent < 0 && root >= 0 {
+		parent, kids := inorder(m, pos)
+		switch {
+		case parent >= 0:
+			out[t].Parent = toRank(parent)
+		case root >= 0:
 			out[t].Parent = root
+		default:
+			out[t].Parent = -1
 		}
-		for _, k := range []int{l, r} {
+		for _, k := range kids {
 			if k >= 0 {
 				out[t].Kids = append(out[t].Kids, toRank(k))
 			}
@@ -72,31 +74,60 @@ func unmirror(m, pos int) int {
 	return (pos - 1 + m) % m
 }
 
-func top(m int) int { return m / 2 }
+// The in-order tree numbers its nodes 1..m: node p = k·2^j (k odd) sits j
+// levels above the leaves, its children are p ± 2^(j-1) and its parent is
+// p + 2^j or p - 2^j, whichever is a multiple of 2^(j+1). Nodes past m are
+// skipped: a missing parent is replaced by its own parent, a missing child
+// by its left descendant.
 
-// inorder returns the parent and children of pos in the balanced binary tree
-// over [0, m) whose root is the middle and whose subtrees are the halves.
-func inorder(m, pos int) (parent, left, right int) {
-	lo, hi, parent := 0, m, -1
-	for {
-		mid := (lo + hi) / 2
-		if pos == mid {
-			left, right = -1, -1
-			if lo < mid {
-				left = (lo + mid) / 2
-			}
-			if mid+1 < hi {
-				right = (mid + 1 + hi) / 2
-			}
-			return parent, left, right
+func lowbit(p int) int { return p & -p }
+
+// treeRoot is the position of the root: the largest power of two <= m, less one.
+func treeRoot(m int) int {
+	p := 1
+	for p*2 <= m {
+		p *= 2
+	}
+	return p - 1
+}
+
+// inorder returns the parent (-1 at the root) and children (-1: none) of
+// position pos of the in-order tree over m positions.
+func inorder(m, pos int) (parent int, kids [2]int) {
+	p := pos + 1
+	up := func(p int) int {
+		b := lowbit(p)
+		if (p/b)%4 == 1 {
+			return p + b
 		}
-		parent = mid
-		if pos < mid {
-			hi = mid
-		} else {
-			lo = mid + 1
+		return p - b
+	}
+	q := p
+	for {
+		if q == treeRoot(m)+1 {
+			parent = -1
+			break
+		}
+		q = up(q)
+		if q <= m {
+			parent = q - 1
+			break
 		}
 	}
+	kids = [2]int{-1, -1}
+	if b := lowbit(p); b > 1 {
+		kids[0] = p - b/2 - 1 // the left subtree is always complete
+		for c := p + b/2; ; c -= lowbit(c) / 2 {
+			if c <= m {
+				kids[1] = c - 1
+				break
+			}
+			if lowbit(c) == 1 {
+				break
+			}
+		}
+	}
+	return parent, kids
 }
 
 // treeUp reduces one chunk up tree tr: acc gets local ⊕ the children's
