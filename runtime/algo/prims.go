@@ -13,7 +13,8 @@ import (
 //
 //	send                the peer gets a local buffer
 //	copySend            the peer gets pre(local) (PreMulSum scales, others copy)
-//	recv                a frame lands in its final place
+//	recv                a frame lands in its final place (NCCL's directRecv:
+//	                    links read into the destination, no FIFO copy)
 //	recvReduceCopy      dst = payload ⊕ local
 //	recvReduceSend      the next peer gets payload ⊕ local
 //	recvReduceCopySend  dst = payload ⊕ local, finished, and the next peer gets it
