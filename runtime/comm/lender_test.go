@@ -155,7 +155,7 @@ func TestCollectivesLentSlots(t *testing.T) {
 	const chunk = 4096
 	ranks := map[string][]int{"ring": {2, 5}, "direct": {3}, "tree": {3, 6}, "halvingdoubling": {2, 4}}
 	if testing.Short() {
-		ranks = map[string][]int{"ring": {3}, "direct": {2}, "tree": {5}, "halvingdoubling": {4}}
+		ranks = map[string][]int{"ring": {3}, "direct": {2}, "tree": {3}, "halvingdoubling": {2}}
 	}
 	for _, algo := range algoNames {
 		for _, n := range ranks[algo] {
