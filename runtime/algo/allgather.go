@@ -1,32 +1,34 @@
 package algo
 
 // AllGatherRing passes blocks around the ring: at step t a rank forwards the
-// block it received at step t-1, so each link carries (n-1) blocks.
+// block it received at step t-1, so each link carries (n-1) blocks. Chunk j
+// of every block goes round before chunk j+1 starts.
 func AllGatherRing(c *Ctx, send, recv []byte, count int) error {
 	n, r := c.N, c.Rank
 	block := func(i int) []byte { return recv[i*count*c.Elem : (i+1)*count*c.Elem] }
 	if !same(send, block(r)) {
 		copy(block(r), send)
 	}
-	if n == 1 || count == 0 {
+	if n == 1 {
 		return nil
 	}
 	nsub := c.chunks(count)
-	return c.run((n-1)*nsub, func(s *sender) error {
+	return c.run(func(p *prims) error {
 		for j := 0; j < nsub; j++ {
-			lo, hi := span(count, nsub, j)
-			s.send(c.next(), j, c.bytes(block(r), lo, hi))
-		}
-		for t := 0; t < n-1; t++ {
-			b := block((r - t - 1 + n) % n)
-			for j := 0; j < nsub; j++ {
-				lo, hi := span(count, nsub, j)
-				dst := c.bytes(b, lo, hi)
-				if err := c.recvInto(c.prev(), t*nsub+j, dst); err != nil {
-					return err
-				}
+			step := j * (n - 1)
+			if err := p.send(c.next(), step, c.piece(block(r), 0, count, nsub, j)); err != nil {
+				return err
+			}
+			for t := 0; t < n-1; t++ {
+				dst := c.piece(block((r-t-1+n)%n), 0, count, nsub, j)
+				var err error
 				if t < n-2 {
-					s.send(c.next(), (t+1)*nsub+j, dst)
+					err = p.recvCopySend(c.prev(), c.next(), step+t, dst)
+				} else {
+					err = p.recv(c.prev(), step+t, dst)
+				}
+				if err != nil {
+					return err
 				}
 			}
 		}
@@ -41,19 +43,35 @@ func AllGatherDirect(c *Ctx, send, recv []byte, count int) error {
 	if !same(send, block(r)) {
 		copy(block(r), send)
 	}
-	if n == 1 || count == 0 {
+	if n == 1 {
 		return nil
 	}
-	return c.run(n-1, func(s *sender) error {
+	return c.run(func(p *prims) error {
 		for k := 1; k < n; k++ {
-			s.send(c.peer(k), 0, block(r))
+			if err := p.send(c.peer(k), 0, block(r)); err != nil {
+				return err
+			}
 		}
 		for k := 1; k < n; k++ {
-			p := c.peer(-k)
-			if err := c.recvInto(p, 0, block(p)); err != nil {
+			q := c.peer(-k)
+			if err := p.recv(q, 0, block(q)); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+}
+
+// AllGatherHalvingDoubling is recursive doubling: log2(n) exchanges of ever
+// larger ranges of blocks. Only for a power-of-two number of ranks.
+func AllGatherHalvingDoubling(c *Ctx, send, recv []byte, count int) error {
+	r := c.Rank
+	if dst := recv[r*count*c.Elem : (r+1)*count*c.Elem]; !same(send, dst) {
+		copy(dst, send)
+	}
+	if c.N == 1 {
+		return nil
+	}
+	seg := blocks(func(i int) (int, int) { return i * count, (i + 1) * count })
+	return c.run(func(p *prims) error { return hdAllGather(c, p, seg, recv) })
 }

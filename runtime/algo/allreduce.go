@@ -2,63 +2,56 @@ package algo
 
 // AllReduceRing is a reduce-scatter followed by an allgather around the ring
 // (bandwidth-optimal: each rank sends 2(n-1)/n of the buffer). The buffer is
-// cut into n segments; each segment into chunks that are pipelined, so chunk
-// j of step s+1 leaves as soon as chunk j of step s has been reduced. Every
-// segment is reduced along the same chain, so all ranks get identical bits.
+// cut into n segments and each segment into chunks; chunk j goes all the way
+// round (2(n-1) steps) before chunk j+1 starts, as in NCCL, and every link
+// carries one chunk per step. Every segment is reduced along the same chain,
+// so all ranks get identical bits.
 func AllReduceRing(c *Ctx, send, recv []byte, count int) error {
 	if c.N == 1 {
-		c.prepare(recv, send)
-		c.Red.Finalize(recv)
+		c.local(send, recv)
 		return nil
 	}
 	n, r := c.N, c.Rank
-	seg := func(i, j, nsub int) (int, int) { // chunk j of segment i, in elements
-		slo, shi := span(count, n, i)
-		lo, hi := span(shi-slo, nsub, j)
-		return slo + lo, slo + hi
-	}
 	lo0, hi0 := span(count, n, 0) // the first segment is the largest
 	nsub := c.chunks(hi0 - lo0)
-	steps := 2 * (n - 1)
-	return c.run(steps*nsub, func(s *sender) error {
-		// Step 0 sends this rank's own segment r, pre-scaled if the op wants it.
+	piece := func(buf []byte, seg, j int) []byte {
+		lo, hi := span(count, n, seg)
+		return c.piece(buf, lo, hi, nsub, j)
+	}
+	return c.run(func(p *prims) error {
 		for j := 0; j < nsub; j++ {
-			lo, hi := seg(r, j, nsub)
-			src := c.bytes(send, lo, hi)
-			if c.Red.NeedsPrepare() {
-				dst := c.bytes(recv, lo, hi)
-				c.Red.Prepare(dst, src)
-				src = dst
+			step := j * 2 * (n - 1)
+			// Step 0 sends this rank's own segment r, pre-scaled if the op wants it.
+			if err := p.copySend(c.next(), step, piece(send, r, j), piece(recv, r, j)); err != nil {
+				return err
 			}
-			s.send(c.next(), j, src)
-		}
-		// Reduce-scatter: receive segment r-s-1, add our contribution, pass it on.
-		for st := 0; st < n-1; st++ {
-			i := (r - st - 1 + 2*n) % n
-			for j := 0; j < nsub; j++ {
-				lo, hi := seg(i, j, nsub)
-				dst := c.bytes(recv, lo, hi)
-				if err := c.recvReduce(c.prev(), st*nsub+j, dst, c.bytes(send, lo, hi)); err != nil {
+			// Reduce-scatter: receive segment r-s-1, add our contribution, pass it
+			// on; the last one (segment r+1) is complete here and starts the allgather.
+			for s := 0; s < n-1; s++ {
+				i := (r - s - 1 + 2*n) % n
+				dst, local := piece(recv, i, j), piece(send, i, j)
+				var err error
+				if s < n-2 {
+					err = p.recvReduceSend(c.Red, c.prev(), c.next(), step+s, local, dst)
+				} else {
+					err = p.recvReduceCopySend(c.prev(), c.next(), step+s, dst, local)
+				}
+				if err != nil {
 					return err
 				}
-				if st == n-2 { // segment r+1 is complete here: finish it, start the allgather
-					c.Red.Finalize(dst)
-				}
-				s.send(c.next(), (st+1)*nsub+j, dst)
 			}
-		}
-		// Allgather: receive finished segment r-t, pass it on unless it has gone round.
-		for t := 0; t < n-1; t++ {
-			i := (r - t + n) % n
-			for j := 0; j < nsub; j++ {
-				lo, hi := seg(i, j, nsub)
-				dst := c.bytes(recv, lo, hi)
-				step := (n-1+t)*nsub + j
-				if err := c.recvInto(c.prev(), step, dst); err != nil {
-					return err
-				}
+			// Allgather: receive finished segment r-t, pass it on unless it has gone round.
+			for t := 0; t < n-1; t++ {
+				dst := piece(recv, (r-t+n)%n, j)
+				s := step + n - 1 + t
+				var err error
 				if t < n-2 {
-					s.send(c.next(), step+nsub, dst)
+					err = p.recvCopySend(c.prev(), c.next(), s, dst)
+				} else {
+					err = p.recv(c.prev(), s, dst)
+				}
+				if err != nil {
+					return err
 				}
 			}
 		}
@@ -66,12 +59,14 @@ func AllReduceRing(c *Ctx, send, recv []byte, count int) error {
 	})
 }
 
-// AllReduceDirect sends the whole buffer to every peer and reduces locally:
-// one step of latency instead of 2(n-1), for small buffers. Inputs are
-// reduced in rank order on every rank, so all ranks get identical bits.
+// AllReduceDirect (one-shot) sends the whole buffer to every peer and
+// reduces locally: one step of latency instead of 2(n-1), for small buffers.
+// Inputs are reduced in rank order on every rank, so all ranks get identical
+// bits.
 func AllReduceDirect(c *Ctx, send, recv []byte, count int) error {
 	if c.N == 1 {
-		return AllReduceRing(c, send, recv, count)
+		c.local(send, recv)
+		return nil
 	}
 	size := count * c.Elem
 	n, r := c.N, c.Rank
@@ -87,14 +82,16 @@ func AllReduceDirect(c *Ctx, send, recv []byte, count int) error {
 		src = slot(r)
 		copy(src, send)
 	}
-	return c.run(n-1, func(s *sender) error {
+	return c.run(func(p *prims) error {
 		// Pairwise shift: the k-th send goes to r+k, the k-th receive comes
 		// from r-k, so every rendezvous-style link finds its partner waiting.
 		for k := 1; k < n; k++ {
-			s.send(c.peer(k), 0, src)
+			if err := p.send(c.peer(k), 0, src); err != nil {
+				return err
+			}
 		}
 		for k := 1; k < n; k++ {
-			if err := c.recvInto(c.peer(-k), 0, slot(c.peer(-k))); err != nil {
+			if err := p.recv(c.peer(-k), 0, slot(c.peer(-k))); err != nil {
 				return err
 			}
 		}
@@ -110,4 +107,61 @@ func reduceInOrder(c *Ctx, dst []byte, slot func(p int) []byte) {
 	for p := 1; p < c.N; p++ {
 		c.Red.Accumulate(dst, dst, slot(p))
 	}
+}
+
+// AllReduceTree is NCCL's double binary tree: each half of the buffer is
+// reduced up one of two binary trees and broadcast back down it, in
+// pipelined chunks, so a rank that is a leaf of one tree works as an inner
+// node of the other. Latency grows with log2(n) instead of n. The trees' roots
+// finish the result, so all ranks get identical bits.
+func AllReduceTree(c *Ctx, send, recv []byte, count int) error {
+	if c.N == 1 {
+		c.local(send, recv)
+		return nil
+	}
+	trees := DoubleTree(c.N, c.Rank, -1)
+	half := [2][2]int{{0, count / 2}, {count / 2, count}}
+	nsub := c.chunks(count - count/2)
+	comb := c.combiner()
+	return c.run(func(p *prims) error {
+		for j := 0; j < nsub; j++ { // up: every chunk of both halves
+			for t, tr := range trees {
+				lo, hi := half[t][0], half[t][1]
+				err := treeUp(c, p, comb, tr, 2*j+t, c.piece(send, lo, hi, nsub, j), c.piece(recv, lo, hi, nsub, j))
+				if err != nil {
+					return err
+				}
+			}
+		}
+		for j := 0; j < nsub; j++ { // down
+			for t, tr := range trees {
+				lo, hi := half[t][0], half[t][1]
+				if err := treeDown(p, tr, 2*(nsub+j)+t, c.piece(recv, lo, hi, nsub, j)); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// AllReduceHalvingDoubling is recursive halving (a reduce-scatter of n
+// segments) then recursive doubling (an allgather): the ring's traffic in
+// 2·log2(n) steps. Only for a power-of-two number of ranks. Each segment is
+// finished by one rank, so all ranks get identical bits.
+func AllReduceHalvingDoubling(c *Ctx, send, recv []byte, count int) error {
+	if c.N == 1 {
+		c.local(send, recv)
+		return nil
+	}
+	seg := blocks(func(i int) (int, int) { return span(count, c.N, i) })
+	comb := c.combiner()
+	return c.run(func(p *prims) error {
+		if err := hdReduceScatter(c, p, comb, seg, send, recv, recv, 0); err != nil {
+			return err
+		}
+		lo, hi := seg(c.Rank)
+		c.Red.Finalize(c.bytes(recv, lo, hi))
+		return hdAllGather(c, p, seg, recv)
+	})
 }

@@ -6,16 +6,18 @@ func AlltoAll(c *Ctx, send, recv []byte, count int) error {
 	size := count * c.Elem
 	at := func(buf []byte, i int) []byte { return buf[i*size : (i+1)*size] }
 	copy(at(recv, c.Rank), at(send, c.Rank))
-	if c.N == 1 || count == 0 {
+	if c.N == 1 {
 		return nil
 	}
-	return c.run(c.N-1, func(s *sender) error {
+	return c.run(func(p *prims) error {
 		for k := 1; k < c.N; k++ {
-			s.send(c.peer(k), 0, at(send, c.peer(k)))
+			if err := p.send(c.peer(k), 0, at(send, c.peer(k))); err != nil {
+				return err
+			}
 		}
 		for k := 1; k < c.N; k++ {
-			p := c.peer(-k)
-			if err := c.recvInto(p, 0, at(recv, p)); err != nil {
+			q := c.peer(-k)
+			if err := p.recv(q, 0, at(recv, q)); err != nil {
 				return err
 			}
 		}

@@ -6,22 +6,25 @@ func BroadcastRing(c *Ctx, send, recv []byte, count, root int) error {
 	if c.Rank == root && !same(send, recv) {
 		copy(recv, send)
 	}
-	if c.N == 1 || count == 0 {
+	if c.N == 1 {
 		return nil
 	}
 	pos := (c.Rank - root + c.N) % c.N
 	nsub := c.chunks(count)
-	return c.run(nsub, func(s *sender) error {
+	return c.run(func(p *prims) error {
 		for j := 0; j < nsub; j++ {
-			lo, hi := span(count, nsub, j)
-			buf := c.bytes(recv, lo, hi)
-			if pos > 0 {
-				if err := c.recvInto(c.prev(), j, buf); err != nil {
-					return err
-				}
+			buf := c.piece(recv, 0, count, nsub, j)
+			var err error
+			switch {
+			case pos == 0:
+				err = p.send(c.next(), j, buf)
+			case pos < c.N-1:
+				err = p.recvCopySend(c.prev(), c.next(), j, buf)
+			default:
+				err = p.recv(c.prev(), j, buf)
 			}
-			if pos < c.N-1 {
-				s.send(c.next(), j, buf)
+			if err != nil {
+				return err
 			}
 		}
 		return nil
@@ -33,15 +36,42 @@ func BroadcastDirect(c *Ctx, send, recv []byte, count, root int) error {
 	if c.Rank == root && !same(send, recv) {
 		copy(recv, send)
 	}
-	if c.N == 1 || count == 0 {
+	if c.N == 1 {
 		return nil
 	}
-	if c.Rank != root {
-		return c.run(0, func(*sender) error { return c.recvInto(root, 0, recv) })
-	}
-	return c.run(c.N-1, func(s *sender) error {
+	return c.run(func(p *prims) error {
+		if c.Rank != root {
+			return p.recv(root, 0, recv)
+		}
 		for k := 1; k < c.N; k++ {
-			s.send(c.peer(k), 0, recv)
+			if err := p.send(c.peer(k), 0, recv); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// BroadcastTree sends each half of root's buffer down one tree of a double
+// binary tree hanging below root, in pipelined chunks: latency grows with
+// log2(n), and no rank forwards more than the buffer once.
+func BroadcastTree(c *Ctx, send, recv []byte, count, root int) error {
+	if c.Rank == root && !same(send, recv) {
+		copy(recv, send)
+	}
+	if c.N == 1 {
+		return nil
+	}
+	trees := DoubleTree(c.N, c.Rank, root)
+	half := [2][2]int{{0, count / 2}, {count / 2, count}}
+	nsub := c.chunks(count - count/2)
+	return c.run(func(p *prims) error {
+		for j := 0; j < nsub; j++ {
+			for t, tr := range trees {
+				if err := treeDown(p, tr, 2*j+t, c.piece(recv, half[t][0], half[t][1], nsub, j)); err != nil {
+					return err
+				}
+			}
 		}
 		return nil
 	})

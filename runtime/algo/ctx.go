@@ -1,12 +1,18 @@
 // Package algo holds the collective algorithms, one collective per file, in
 // NCCL's vocabulary: a call is cut into steps, a step's data into chunks, and
-// chunks are pipelined through the links. Algorithms see only Links, so they
-// run unchanged over every transport.
+// each step is one of the primitives of prims.go (send, recv,
+// recvReduceSend, recvCopySend, ...). Algorithms see only Links, so they run
+// unchanged over every transport.
+//
+// Every collective has a ring form (bandwidth-optimal, pipelined in chunks)
+// and a direct, one-shot form (one step of latency, for small buffers);
+// allreduce, broadcast and reduce also have NCCL's double binary tree, and
+// allreduce, allgather and reducescatter have recursive halving-doubling
+// when the number of ranks is a power of two.
 package algo
 
 import (
 	"gocl/kernels"
-	"gocl/runtime/status"
 	"gocl/runtime/transport"
 	"gocl/runtime/wire"
 )
@@ -20,7 +26,7 @@ type Ctx struct {
 	Elem    int              // bytes per element
 	Chunk   int              // bytes per pipelined chunk (GOCL_BUFFSIZE)
 	// Scratch returns a buffer of n bytes owned by the communicator, valid
-	// until the call returns.
+	// until the call returns. An algorithm calls it at most once per call.
 	Scratch func(n int) []byte
 	// Fail closes the communicator's links after an error so that a sender
 	// blocked on a peer (and the peers themselves) stop waiting.
@@ -36,109 +42,17 @@ func (c *Ctx) hdr(step int) *wire.Header {
 	return &h
 }
 
-// recvInto receives the frame of step from peer into dst.
-func (c *Ctx) recvInto(peer, step int, dst []byte) error {
-	return c.Links[peer].RecvInto(c.hdr(step), dst)
-}
-
-// recvReduce receives the frame of step from peer (len(dst) bytes) and
-// writes dst = payload ⊕ pre(local).
-func (c *Ctx) recvReduce(peer, step int, dst, local []byte) error {
-	h := c.hdr(step)
-	h.Len = uint64(len(dst))
-	return c.Links[peer].RecvWith(h, func(p []byte) { c.Red.Accumulate(dst, p, local) })
-}
-
-// sendReq is one queued frame.
-type sendReq struct {
-	peer, step int
-	data       []byte
-}
-
-// sender sends queued frames in order on its own goroutine, so a rank can
-// receive step s+1 while step s is still going out. Its queue holds every
-// frame of the call, so enqueueing never blocks (a bounded queue could close
-// a cycle of full queues around the ring). Frames a link buffers anyway go
-// out inline until the first one that could wait: small messages then cost
-// no goroutine hand-off, which is most of their latency.
-type sender struct {
-	c       *Ctx
-	frames  int
-	q       chan sendReq // nil until the goroutine starts
-	done    chan error
-	inlined error
-	pending map[int]int // bytes sent inline to each peer during this call
-}
-
-func (c *Ctx) newSender(frames int) *sender { return &sender{c: c, frames: frames} }
-
-func (s *sender) start() {
-	s.q = make(chan sendReq, s.frames)
-	s.done = make(chan error, 1)
-	go s.loop()
-}
-
-func (s *sender) loop() {
-	var err error
-	defer func() { s.done <- err }()
-	defer status.Catch(&err)
-	for r := range s.q {
-		if err == nil {
-			err = s.c.Links[r.peer].Send(s.c.hdr(r.step), r.data)
-		}
+// combiner reduces two partial results: the op itself, except PreMulSum,
+// whose partials were scaled already and are only summed.
+func (c *Ctx) combiner() *kernels.Reducer {
+	if !c.Red.NeedsPrepare() {
+		return c.Red
 	}
-}
-
-func (s *sender) send(peer, step int, data []byte) {
-	if s.q == nil {
-		l := s.c.Links[peer]
-		// The kernel must be able to hold everything sent inline to this
-		// peer in this call: the peer may not read until it has sent too.
-		if l.Buffered(s.pending[peer] + len(data)) {
-			if s.pending == nil {
-				s.pending = map[int]int{}
-			}
-			s.pending[peer] += len(data)
-			if s.inlined == nil {
-				if s.inlined = l.Send(s.c.hdr(step), data); s.inlined != nil {
-					s.c.Fail(s.inlined) // unblock this rank's receives now
-				}
-			}
-			return
-		}
-		s.start()
-	}
-	s.q <- sendReq{peer, step, data}
-}
-
-// wait closes the queue and returns the first send error.
-func (s *sender) wait() error {
-	if s.q == nil {
-		return s.inlined
-	}
-	close(s.q)
-	err := <-s.done
-	if s.inlined != nil {
-		return s.inlined
-	}
-	return err
-}
-
-// run executes body with a sender of capacity frames. On any error it fails
-// the communicator, then waits for the sender: the call must not return while
-// a goroutine still reads the caller's buffers.
-func (c *Ctx) run(frames int, body func(s *sender) error) error {
-	s := c.newSender(frames)
-	err := body(s)
+	r, err := kernels.NewReducer(c.Red.Type(), kernels.Sum, 1, nil)
 	if err != nil {
-		c.Fail(err)
+		panic(err) // Sum exists for every valid type
 	}
-	serr := s.wait()
-	if err == nil && serr != nil {
-		c.Fail(serr)
-		err = serr
-	}
-	return err
+	return r
 }
 
 // span returns the [lo, hi) of part i when n items are split into parts
@@ -162,6 +76,12 @@ func (c *Ctx) chunks(n int) int {
 // bytes converts an element range into a byte slice of buf.
 func (c *Ctx) bytes(buf []byte, lo, hi int) []byte { return buf[lo*c.Elem : hi*c.Elem] }
 
+// piece is chunk j of nsub of the element range [lo, hi) of buf.
+func (c *Ctx) piece(buf []byte, lo, hi, nsub, j int) []byte {
+	a, b := span(hi-lo, nsub, j)
+	return c.bytes(buf, lo+a, lo+b)
+}
+
 // same reports whether two buffers start at the same address (in-place calls).
 func same(a, b []byte) bool {
 	return len(a) > 0 && len(b) > 0 && &a[0] == &b[0]
@@ -175,4 +95,10 @@ func (c *Ctx) prepare(dst, src []byte) {
 	} else if !same(dst, src) {
 		copy(dst, src)
 	}
+}
+
+// local finishes a reduction on one rank: recv = pre(send), finalized.
+func (c *Ctx) local(send, recv []byte) {
+	c.prepare(recv, send)
+	c.Red.Finalize(recv)
 }

@@ -4,22 +4,16 @@ package algo
 func Gather(c *Ctx, send, recv []byte, count, root int) error {
 	size := count * c.Elem
 	if c.Rank != root {
-		if count == 0 {
-			return nil
-		}
-		return c.run(1, func(s *sender) error { s.send(root, 0, send); return nil })
+		return c.run(func(p *prims) error { return p.send(root, 0, send) })
 	}
 	at := func(i int) []byte { return recv[i*size : (i+1)*size] }
 	if !same(send, at(root)) {
 		copy(at(root), send)
 	}
-	if count == 0 {
-		return nil
-	}
-	return c.run(0, func(*sender) error {
+	return c.run(func(p *prims) error {
 		for k := 1; k < c.N; k++ {
-			p := c.peer(-k)
-			if err := c.recvInto(p, 0, at(p)); err != nil {
+			q := c.peer(-k)
+			if err := p.recv(q, 0, at(q)); err != nil {
 				return err
 			}
 		}
@@ -31,21 +25,17 @@ func Gather(c *Ctx, send, recv []byte, count, root int) error {
 func Scatter(c *Ctx, send, recv []byte, count, root int) error {
 	size := count * c.Elem
 	if c.Rank != root {
-		if count == 0 {
-			return nil
-		}
-		return c.run(0, func(*sender) error { return c.recvInto(root, 0, recv) })
+		return c.run(func(p *prims) error { return p.recv(root, 0, recv) })
 	}
 	at := func(i int) []byte { return send[i*size : (i+1)*size] }
 	if !same(recv, at(root)) {
 		copy(recv, at(root))
 	}
-	if count == 0 {
-		return nil
-	}
-	return c.run(c.N-1, func(s *sender) error {
+	return c.run(func(p *prims) error {
 		for k := 1; k < c.N; k++ {
-			s.send(c.peer(k), 0, at(c.peer(k)))
+			if err := p.send(c.peer(k), 0, at(c.peer(k))); err != nil {
+				return err
+			}
 		}
 		return nil
 	})

@@ -4,38 +4,36 @@ package algo
 // chunks; the last link ends at root, which finishes the result.
 func ReduceRing(c *Ctx, send, recv []byte, count, root int) error {
 	if c.N == 1 {
-		return AllReduceRing(c, send, recv, count)
+		c.local(send, recv)
+		return nil
 	}
 	pos := (c.Rank - root - 1 + 2*c.N) % c.N // 0 starts the chain, N-1 is root
 	nsub := c.chunks(count)
-	var acc []byte // where a middle rank builds what it forwards
-	if pos > 0 && pos < c.N-1 || c.Red.NeedsPrepare() {
+	var acc []byte // where a rank other than root builds what it forwards
+	if pos < c.N-1 && (pos > 0 || c.Red.NeedsPrepare()) {
 		acc = c.Scratch(count * c.Elem)
 	}
-	return c.run(nsub, func(s *sender) error {
+	return c.run(func(p *prims) error {
 		for j := 0; j < nsub; j++ {
-			lo, hi := span(count, nsub, j)
-			local := c.bytes(send, lo, hi)
+			local := c.piece(send, 0, count, nsub, j)
+			var err error
 			switch pos {
 			case 0:
-				out := local
-				if c.Red.NeedsPrepare() {
-					out = c.bytes(acc, lo, hi)
-					c.Red.Prepare(out, local)
+				var tmp []byte
+				if acc != nil {
+					tmp = c.piece(acc, 0, count, nsub, j)
 				}
-				s.send(c.next(), j, out)
+				err = p.copySend(c.next(), j, local, tmp)
 			case c.N - 1:
-				dst := c.bytes(recv, lo, hi)
-				if err := c.recvReduce(c.prev(), j, dst, local); err != nil {
-					return err
+				dst := c.piece(recv, 0, count, nsub, j)
+				if err = p.recvReduceCopy(c.Red, c.prev(), j, dst, local); err == nil {
+					c.Red.Finalize(dst)
 				}
-				c.Red.Finalize(dst)
 			default:
-				out := c.bytes(acc, lo, hi)
-				if err := c.recvReduce(c.prev(), j, out, local); err != nil {
-					return err
-				}
-				s.send(c.next(), j, out)
+				err = p.recvReduceSend(c.Red, c.prev(), c.next(), j, local, c.piece(acc, 0, count, nsub, j))
+			}
+			if err != nil {
+				return err
 			}
 		}
 		return nil
@@ -46,10 +44,11 @@ func ReduceRing(c *Ctx, send, recv []byte, count, root int) error {
 // rank order.
 func ReduceDirect(c *Ctx, send, recv []byte, count, root int) error {
 	if c.N == 1 {
-		return AllReduceRing(c, send, recv, count)
+		c.local(send, recv)
+		return nil
 	}
 	if c.Rank != root {
-		return c.run(1, func(s *sender) error { s.send(root, 0, send); return nil })
+		return c.run(func(p *prims) error { return p.send(root, 0, send) })
 	}
 	size := count * c.Elem
 	slots := c.Scratch(c.N * size)
@@ -62,15 +61,43 @@ func ReduceDirect(c *Ctx, send, recv []byte, count, root int) error {
 	if same(send, recv) {
 		copy(slot(root), send)
 	}
-	return c.run(0, func(*sender) error {
+	return c.run(func(p *prims) error {
 		for k := 1; k < c.N; k++ {
-			p := c.peer(-k)
-			if err := c.recvInto(p, 0, slot(p)); err != nil {
+			q := c.peer(-k)
+			if err := p.recv(q, 0, slot(q)); err != nil {
 				return err
 			}
 		}
 		reduceInOrder(c, recv, slot)
 		c.Red.Finalize(recv)
+		return nil
+	})
+}
+
+// ReduceTree reduces each half of the buffer up one tree of a double binary
+// tree hanging below root, in pipelined chunks; root finishes the result.
+func ReduceTree(c *Ctx, send, recv []byte, count, root int) error {
+	if c.N == 1 {
+		c.local(send, recv)
+		return nil
+	}
+	acc := recv // partials of ranks other than root live in scratch
+	if c.Rank != root {
+		acc = c.Scratch(count * c.Elem)
+	}
+	trees := DoubleTree(c.N, c.Rank, root)
+	half := [2][2]int{{0, count / 2}, {count / 2, count}}
+	nsub := c.chunks(count - count/2)
+	comb := c.combiner()
+	return c.run(func(p *prims) error {
+		for j := 0; j < nsub; j++ {
+			for t, tr := range trees {
+				lo, hi := half[t][0], half[t][1]
+				if err := treeUp(c, p, comb, tr, 2*j+t, c.piece(send, lo, hi, nsub, j), c.piece(acc, lo, hi, nsub, j)); err != nil {
+					return err
+				}
+			}
+		}
 		return nil
 	})
 }

@@ -9,40 +9,32 @@ func ReduceScatterRing(c *Ctx, send, recv []byte, count int) error {
 	size := count * c.Elem
 	block := func(buf []byte, i int) []byte { return buf[i*size : (i+1)*size] }
 	if n == 1 {
-		return AllReduceRing(c, block(send, 0), recv, count)
+		c.local(block(send, 0), recv)
+		return nil
 	}
 	part := c.Scratch(n * size)
 	nsub := c.chunks(count)
-	return c.run((n-1)*nsub, func(s *sender) error {
-		first := (r - 1 + n) % n
+	return c.run(func(p *prims) error {
 		for j := 0; j < nsub; j++ {
-			lo, hi := span(count, nsub, j)
-			out := c.bytes(block(send, first), lo, hi)
-			if c.Red.NeedsPrepare() {
-				dst := c.bytes(block(part, first), lo, hi)
-				c.Red.Prepare(dst, out)
-				out = dst
+			step := j * n
+			first := (r - 1 + n) % n
+			pc := func(buf []byte, b int) []byte { return c.piece(block(buf, b), 0, count, nsub, j) }
+			if err := p.copySend(c.next(), step, pc(send, first), pc(part, first)); err != nil {
+				return err
 			}
-			s.send(c.next(), j, out)
-		}
-		for st := 0; st < n-1; st++ {
-			b := (r - st - 2 + 2*n) % n
-			for j := 0; j < nsub; j++ {
-				lo, hi := span(count, nsub, j)
-				local := c.bytes(block(send, b), lo, hi)
-				if st == n-2 { // b == r: the finished block lands in recv
-					dst := c.bytes(recv, lo, hi)
-					if err := c.recvReduce(c.prev(), st*nsub+j, dst, local); err != nil {
+			for s := 0; s < n-1; s++ {
+				b := (r - s - 2 + 2*n) % n
+				if s == n-2 { // b == r: the finished block lands in recv
+					dst := c.piece(recv, 0, count, nsub, j)
+					if err := p.recvReduceCopy(c.Red, c.prev(), step+s, dst, pc(send, b)); err != nil {
 						return err
 					}
 					c.Red.Finalize(dst)
 					continue
 				}
-				dst := c.bytes(block(part, b), lo, hi)
-				if err := c.recvReduce(c.prev(), st*nsub+j, dst, local); err != nil {
+				if err := p.recvReduceSend(c.Red, c.prev(), c.next(), step+s, pc(send, b), pc(part, b)); err != nil {
 					return err
 				}
-				s.send(c.next(), (st+1)*nsub+j, dst)
 			}
 		}
 		return nil
@@ -56,7 +48,8 @@ func ReduceScatterDirect(c *Ctx, send, recv []byte, count int) error {
 	size := count * c.Elem
 	block := func(i int) []byte { return send[i*size : (i+1)*size] }
 	if n == 1 {
-		return AllReduceRing(c, block(0), recv, count)
+		c.local(block(0), recv)
+		return nil
 	}
 	slots := c.Scratch(n * size)
 	own := block(r)
@@ -70,17 +63,39 @@ func ReduceScatterDirect(c *Ctx, send, recv []byte, count int) error {
 		}
 		return slots[p*size : (p+1)*size]
 	}
-	return c.run(n-1, func(s *sender) error {
+	return c.run(func(p *prims) error {
 		for k := 1; k < n; k++ {
-			s.send(c.peer(k), 0, block(c.peer(k)))
+			if err := p.send(c.peer(k), 0, block(c.peer(k))); err != nil {
+				return err
+			}
 		}
 		for k := 1; k < n; k++ {
-			p := c.peer(-k)
-			if err := c.recvInto(p, 0, slot(p)); err != nil {
+			q := c.peer(-k)
+			if err := p.recv(q, 0, slot(q)); err != nil {
 				return err
 			}
 		}
 		reduceInOrder(c, recv, slot)
+		c.Red.Finalize(recv)
+		return nil
+	})
+}
+
+// ReduceScatterHalvingDoubling is recursive halving: log2(n) pairwise
+// exchanges, each reducing half of the blocks still held, until block r is
+// left. Only for a power-of-two number of ranks.
+func ReduceScatterHalvingDoubling(c *Ctx, send, recv []byte, count int) error {
+	n, r := c.N, c.Rank
+	if n == 1 {
+		c.local(send[:count*c.Elem], recv)
+		return nil
+	}
+	acc := c.Scratch(n * count * c.Elem)
+	seg := blocks(func(i int) (int, int) { return i * count, (i + 1) * count })
+	return c.run(func(p *prims) error {
+		if err := hdReduceScatter(c, p, c.combiner(), seg, send, acc, recv, r*count); err != nil {
+			return err
+		}
 		c.Red.Finalize(recv)
 		return nil
 	})

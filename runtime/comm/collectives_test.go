@@ -2,6 +2,7 @@ package comm
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"gocl/kernels"
@@ -215,18 +216,32 @@ func checkMovement(c *Comm, k *checker, t kernels.DataType, count, root int, inP
 	return nil
 }
 
+// algoRanks is, per forced algorithm, the clique sizes the matrices run on:
+// 1..8 ranks (halving-doubling: powers of two, which it needs; elsewhere the
+// tuner falls back to the model), fewer in -short (the -race run).
+func algoRanks(short bool) map[string][]int {
+	if short {
+		return map[string][]int{"ring": {1, 3, 5}, "direct": {2, 3}, "tree": {2, 3, 5}, "halvingdoubling": {2, 4}}
+	}
+	all := []int{1, 2, 3, 4, 5, 6, 7, 8}
+	return map[string][]int{"ring": all, "direct": all, "tree": all, "halvingdoubling": {1, 2, 4, 8}}
+}
+
+var algoNames = []string{"ring", "direct", "tree", "halvingdoubling"}
+
 // TestCollectivesInProcess runs the whole matrix on 1..8 in-process ranks,
-// once per algorithm, with a small chunk so pipelining is exercised.
+// once per forced algorithm, with a small chunk so pipelining is exercised.
 func TestCollectivesInProcess(t *testing.T) {
 	const chunk = 4096
-	ranks, types := []int{1, 2, 3, 4, 5, 6, 7, 8}, allTypes
+	types := allTypes
 	if testing.Short() { // the -race run: every code path, fewer repetitions
-		ranks, types = []int{1, 2, 3, 5}, []kernels.DataType{kernels.Int8, kernels.Uint32, kernels.Float16, kernels.Float64}
+		types = []kernels.DataType{kernels.Int8, kernels.Uint32, kernels.Float16, kernels.Float64}
 	}
-	for _, algo := range []string{"ring", "direct"} {
-		for _, n := range ranks {
+	ranks := algoRanks(testing.Short())
+	for _, algo := range algoNames {
+		for _, n := range ranks[algo] {
 			t.Run(fmt.Sprintf("%s/n=%d", algo, n), func(t *testing.T) {
-				setEnv(t, "GOCL_ALGO", algo, "GOCL_BUFFSIZE", fmt.Sprint(chunk))
+				setEnv(t, "GOCL_ALGO", algo, "GOCL_BUFFSIZE", fmt.Sprint(chunk), "GOCL_DIRECT_THRESHOLD", "0")
 				sizes := []int{0, 1, 7, 1023}
 				clique(t, n, func(c *Comm) error {
 					if err := matrix(c, types, sizes); err != nil {
@@ -245,18 +260,26 @@ func TestCollectivesInProcess(t *testing.T) {
 // process (GOCL_P2P_DISABLE=1), with several sockets per peer so striping
 // is exercised.
 func TestCollectivesSockets(t *testing.T) {
-	ranks := []int{2, 3, 5, 8}
-	if testing.Short() {
-		ranks = []int{3}
+	// Over TCP a clique takes long on a small machine, so each algorithm runs
+	// on one or two clique sizes; the in-process matrix covers 1..8 ranks.
+	ranks := map[string][]int{"ring": {3, 8}, "direct": {2}, "tree": {5}, "halvingdoubling": {4}}
+	if testing.Short() { // the -race run: one clique (the old budget)
+		ranks = map[string][]int{"tree": {3}}
 	}
-	for _, n := range ranks {
-		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			setEnv(t, "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", "1", "GOCL_BUFFSIZE", "300000", "GOCL_NSOCKS_PERTHREAD", "3", "GOCL_SOCKET_IFNAME", "lo")
-			clique(t, n, func(c *Comm) error {
-				return matrix(c, []kernels.DataType{kernels.Int8, kernels.Float32, kernels.Float16, kernels.Uint64},
-					[]int{0, 1, 7, 300001 / 4, 1 << 17})
+	for _, algo := range algoNames {
+		for _, n := range ranks[algo] {
+			t.Run(fmt.Sprintf("%s/n=%d", algo, n), func(t *testing.T) {
+				setEnv(t, "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", "1", "GOCL_BUFFSIZE", "300000", "GOCL_NSOCKS_PERTHREAD", "3", "GOCL_SOCKET_IFNAME", "lo",
+					"GOCL_ALGO", algo, "GOCL_DIRECT_THRESHOLD", "0")
+				types := []kernels.DataType{kernels.Int8, kernels.Float32, kernels.Float16, kernels.Uint64}
+				if testing.Short() {
+					types = []kernels.DataType{kernels.Int8, kernels.Float16}
+				}
+				clique(t, n, func(c *Comm) error {
+					return matrix(c, types, []int{0, 1, 7, 300001 / 4, 1 << 17})
+				})
 			})
-		})
+		}
 	}
 }
 
@@ -317,4 +340,24 @@ func TestSmallChunksOverSocketsDoNotDeadlock(t *testing.T) {
 		send := fill(kernels.Float32, kernels.Sum, c.Rank(), count)
 		return c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(send), Recv: ptr(send), Count: count, Type: kernels.Float32})
 	})
+}
+
+// A malformed GOCL_ALGO or GOCL_PROTO (or their NCCL_ fallbacks) fails init
+// with a message naming the variable and the syntax.
+func TestBadAlgoSettingFailsInit(t *testing.T) {
+	for _, kv := range [][2]string{{"GOCL_ALGO", "rings"}, {"NCCL_ALGO", "allreduce:tree;ring"}, {"GOCL_PROTO", "LL64"}} {
+		t.Run(kv[0], func(t *testing.T) {
+			setEnv(t, kv[0], kv[1])
+			comms, err := InitAll(2, nil, Options{})
+			if err == nil {
+				for _, c := range comms {
+					c.Destroy()
+				}
+				t.Fatalf("%s=%s: init succeeded", kv[0], kv[1])
+			}
+			if msg := err.Error(); !strings.Contains(msg, kv[0]+"=") || !strings.Contains(msg, "comma list") {
+				t.Errorf("%s=%s: %v", kv[0], kv[1], err)
+			}
+		})
+	}
 }

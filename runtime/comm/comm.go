@@ -34,7 +34,7 @@ type Comm struct {
 	peers                 []bootstrap.PeerInfo
 	links                 []transport.Link
 	key                   string
-	plan                  tune.Plan
+	plan                  *tune.Plan // nil until init's exchange: every call is direct
 	chunk                 int
 	timeout               time.Duration // bound on every wait for a peer; 0: none
 
@@ -105,6 +105,10 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 	if err := config.Check(); err != nil {
 		return nil, status.Errorf(status.InvalidArgument, "%w", err)
 	}
+	settings, err := tune.FromConfig()
+	if err != nil {
+		return nil, status.Errorf(status.InvalidArgument, "%w", err)
+	}
 	if nranks <= 0 {
 		return nil, status.Errorf(status.InvalidArgument, "nranks is %d: a communicator needs at least one rank", nranks)
 	}
@@ -145,7 +149,7 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 		return nil, err
 	}
 	c := &Comm{rank: rank, nranks: nranks, device: device, peers: peers, key: id.Key(),
-		plan: tune.FromConfig(), chunk: config.IntOr("BUFFSIZE", 1<<20), timeout: timeout,
+		chunk: config.IntOr("BUFFSIZE", 1<<20), timeout: timeout,
 		links: make([]transport.Link, nranks), sendSeq: make([]uint64, nranks), recvSeq: make([]uint64, nranks),
 		redops: map[int32]preMulSum{}, nextOp: 5, flight: newFlightRecorder(config.IntOr("TRACE_BUFFER", 0))}
 	c.cond = sync.NewCond(&c.stateMu)
@@ -157,8 +161,13 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 		inproc.Forget(c.key)
 		return nil, err
 	}
-	debuglog.Infof(debuglog.Init, rank, "init done: rank %d/%d, node %d/%d, local rank %d/%d, chunk %d B, direct up to %d B (GOCL_ALGO=%q), timeout %s",
-		rank, nranks, c.node, c.nnodes, c.localRank, c.localRanks, c.chunk, c.plan.DirectThreshold, c.plan.Force, timeoutString(timeout))
+	if err := c.setupTuner(settings); err != nil {
+		c.fail(err)
+		c.release()
+		return nil, err
+	}
+	debuglog.Infof(debuglog.Init, rank, "init done: rank %d/%d, node %d/%d, local rank %d/%d, chunk %d B, %s, direct up to %d B, timeout %s",
+		rank, nranks, c.node, c.nnodes, c.localRank, c.localRanks, c.chunk, settings, settings.DirectMax, timeoutString(timeout))
 	return c, nil
 }
 

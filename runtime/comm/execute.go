@@ -75,26 +75,19 @@ func (c *Comm) collective(op *Op) (err error) {
 		return nil
 	}
 	sb, rb := c.sizes(op)
-	a := c.plan.Pick(op.Coll, max(sb, rb))
+	ch := c.plan.Pick(op.Coll, max(sb, rb))
 	if c.flight != nil {
-		slot := c.flight.begin(x.Hdr.Describe() + " via " + a.String())
+		slot := c.flight.begin(x.Hdr.Describe() + " via " + ch.String())
 		defer func() { c.flight.end(slot, err) }()
 	}
 	if debuglog.Enabled(debuglog.Trace, debuglog.Tuning) {
-		debuglog.Tracef(debuglog.Tuning, c.rank, "%s: %d bytes via %s", x.Hdr.Describe(), max(sb, rb), a)
+		debuglog.Tracef(debuglog.Tuning, c.rank, "%s: %d bytes via %s", x.Hdr.Describe(), max(sb, rb), ch)
 	}
-	ring := a == tune.Ring
 	switch op.Coll {
-	case wire.AllReduce:
-		err = pick(ring, algo.AllReduceRing, algo.AllReduceDirect)(x, op.send, op.recv, op.Count)
-	case wire.AllGather:
-		err = pick(ring, algo.AllGatherRing, algo.AllGatherDirect)(x, op.send, op.recv, op.Count)
-	case wire.ReduceScatter:
-		err = pick(ring, algo.ReduceScatterRing, algo.ReduceScatterDirect)(x, op.send, op.recv, op.Count)
-	case wire.Broadcast:
-		err = pick(ring, algo.BroadcastRing, algo.BroadcastDirect)(x, op.send, op.recv, op.Count, op.Root)
-	case wire.Reduce:
-		err = pick(ring, algo.ReduceRing, algo.ReduceDirect)(x, op.send, op.recv, op.Count, op.Root)
+	case wire.AllReduce, wire.AllGather, wire.ReduceScatter:
+		err = unrooted[op.Coll][ch.Algo](x, op.send, op.recv, op.Count)
+	case wire.Broadcast, wire.Reduce:
+		err = rooted[op.Coll][ch.Algo](x, op.send, op.recv, op.Count, op.Root)
 	case wire.AlltoAll:
 		err = algo.AlltoAll(x, op.send, op.recv, op.Count)
 	case wire.Gather:
@@ -110,11 +103,20 @@ func (c *Comm) collective(op *Op) (err error) {
 	return nil
 }
 
-func pick[F any](ring bool, r, d F) F {
-	if ring {
-		return r
-	}
-	return d
+// The algorithms of each collective, by tune.Algo (the tuner picks only
+// those a collective has).
+var unrooted = map[wire.Coll][]func(*algo.Ctx, []byte, []byte, int) error{
+	wire.AllReduce: {tune.Ring: algo.AllReduceRing, tune.Tree: algo.AllReduceTree,
+		tune.Direct: algo.AllReduceDirect, tune.HalvingDoubling: algo.AllReduceHalvingDoubling},
+	wire.AllGather: {tune.Ring: algo.AllGatherRing, tune.Direct: algo.AllGatherDirect,
+		tune.HalvingDoubling: algo.AllGatherHalvingDoubling},
+	wire.ReduceScatter: {tune.Ring: algo.ReduceScatterRing, tune.Direct: algo.ReduceScatterDirect,
+		tune.HalvingDoubling: algo.ReduceScatterHalvingDoubling},
+}
+
+var rooted = map[wire.Coll][]func(*algo.Ctx, []byte, []byte, int, int) error{
+	wire.Broadcast: {tune.Ring: algo.BroadcastRing, tune.Tree: algo.BroadcastTree, tune.Direct: algo.BroadcastDirect},
+	wire.Reduce:    {tune.Ring: algo.ReduceRing, tune.Tree: algo.ReduceTree, tune.Direct: algo.ReduceDirect},
 }
 
 // pointToPoint runs sends and receives together: one goroutine per peer and

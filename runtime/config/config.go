@@ -47,15 +47,15 @@ var table = []Var{
 	{"SHM_DISABLE", "0", ReadInit, "1: ranks of one host talk over TCP sockets instead of shared memory (both ends publish it at init, so one rank setting it is enough for its pairs)"},
 	{"IB_DISABLE", "1", ReadNever, "accepted for NCCL compatibility; gocl has no InfiniBand transport"},
 	{"BUFFSIZE", "1048576", ReadInit, "bytes per pipelined chunk of ring algorithms"},
-	{"ALGO", "", ReadInit, "force an algorithm: ring or direct (default: tuned by size)"},
-	{"PROTO", "", ReadNever, "accepted for NCCL compatibility; gocl has one protocol (Simple) today"},
+	{"ALGO", "", ReadInit, "algorithms the tuner may pick, NCCL's syntax: a comma list of ring, tree, direct, halvingdoubling, ^ first to exclude, per collective as \"ring;allreduce:tree,ring;broadcast:^tree\" (unset: the cost model picks per call; GOCL_DEBUG=INFO GOCL_DEBUG_SUBSYS=TUNING prints its table)"},
+	{"PROTO", "", ReadInit, "protocols the tuner may pick, syntax as GOCL_ALGO: Simple, LL (only where a transport offers it, e.g. shared memory), LL128 (accepted, never offered on CPUs)"},
 	{"MIN_NCHANNELS", "1", ReadNever, "accepted for NCCL compatibility; one channel per peer today"},
 	{"MAX_NCHANNELS", "1", ReadNever, "accepted for NCCL compatibility; one channel per peer today"},
 	{"TIMEOUT", "600", ReadInit, "seconds an init or an operation may wait on a peer before failing with goclTimeout; a timeout given to the communicator (goclConfig_t.timeout, the torch group's timeout) takes precedence; 0: no limit"},
 	{"TRACE_BUFFER", "0", ReadInit, "keep the last N calls per communicator and print them when it fails (a flight recorder for post-mortems)"},
 	{"SPIN_US", "50", ReadProcess, "microseconds a waiting rank polls (yielding the CPU) before it sleeps; 0 sleeps at once"},
 	{"DEFAULTS", "1", ReadStartup, "1: when gocl starts on a machine that gocl doctor's knowledge base flags, it sets the safe transport settings you left unset for the other libraries in its process (today NCCL_P2P_DISABLE=1 where PCIe P2P runs behind an IOMMU or ACS) and logs each at INFO; gocl's own settings are unaffected. 0: set nothing"},
-	{"DIRECT_THRESHOLD", "32768", ReadInit, "allreduce, allgather, reducescatter, broadcast and reduce up to this many bytes use the direct algorithm (one step; above it the pipelined ring)"},
+	{"DIRECT_THRESHOLD", "32768", ReadInit, "bytes: largest call (for allgather and reducescatter: largest block) for which the tuner considers the one-shot direct algorithm; GOCL_ALGO=direct forces it at any size"},
 }
 
 // Table lists every setting with its default and meaning.
@@ -180,11 +180,6 @@ func Check() error {
 		if _, err := strconv.ParseFloat(s, 64); err != nil {
 			return fmt.Errorf("GOCL_TIMEOUT=%q is not a number of seconds", s)
 		}
-	}
-	switch strings.ToLower(lookup("ALGO")) {
-	case "", "ring", "direct":
-	default:
-		return fmt.Errorf("GOCL_ALGO=%q: use ring or direct (or leave it unset)", lookup("ALGO"))
 	}
 	return nil
 }

@@ -1,56 +1,258 @@
-// Package tune picks the algorithm for a call. Today the model is a size
-// threshold between two algorithms; the shared-memory transport and trees
-// will bring a cost model (collective, bytes, topology) -> algorithm,
-// protocol, channels, and this is where it goes.
+// Package tune picks the algorithm and protocol of each call from a cost
+// model: every candidate's time is estimated as messages × latency + bytes ÷
+// bandwidth (+ bytes reduced ÷ reduction speed), with latency and bandwidth
+// per transport and protocol taken from the table in costs.go, and the
+// cheapest candidate the settings allow wins. GOCL_ALGO and GOCL_PROTO
+// (NCCL_ALGO, NCCL_PROTO as fallbacks) restrict the candidates with NCCL's
+// syntax, parsed in settings.go.
+//
+// Every rank must pick the same algorithm, so the model's inputs are the
+// same on every rank: the call, the number of ranks, and the set of
+// transports the communicator uses (exchanged at init by the communicator),
+// never a rank's own links alone.
 package tune
 
 import (
+	"fmt"
+	"math"
+	"math/bits"
 	"strings"
 
-	"gocl/runtime/config"
 	"gocl/runtime/wire"
 )
 
 // Algo is an algorithm family.
-type Algo int
+type Algo uint8
 
 const (
-	Ring   Algo = iota // chunked, pipelined ring or chain: bandwidth-optimal
-	Direct             // every rank talks to every rank at once: latency-optimal
+	Ring            Algo = iota // chunked, pipelined ring or chain: bandwidth-optimal
+	Tree                        // NCCL's double binary tree: log2(n) latency
+	Direct                      // one-shot: every rank talks to every rank at once
+	HalvingDoubling             // recursive halving-doubling: log2(n) steps, ring's bytes; 2^k ranks
+	numAlgos
 )
 
-func (a Algo) String() string { return [...]string{"ring", "direct"}[a] }
+var algoNames = [...]string{"ring", "tree", "direct", "halvingdoubling"}
 
-// Plan is the tuner's configuration, read once per communicator.
-type Plan struct {
-	Force           string // GOCL_ALGO
-	DirectThreshold int    // bytes
+func (a Algo) String() string { return algoNames[a] }
+
+// Proto is a wire protocol, as in NCCL: Simple moves large chunks; LL
+// (low latency) sends a flag with every 8-byte word, so a receiver polls one
+// word instead of waiting for a whole frame, at half the bandwidth. LL128 is
+// NCCL's GPU-only middle ground, accepted in settings but never offered.
+type Proto uint8
+
+const (
+	Simple Proto = iota
+	LL
+	LL128
+	numProtos
+)
+
+var protoNames = [...]string{"simple", "ll", "ll128"}
+
+func (p Proto) String() string { return [...]string{"Simple", "LL", "LL128"}[p] }
+
+// Choice is what a call runs with.
+type Choice struct {
+	Algo  Algo
+	Proto Proto
 }
 
-// FromConfig reads the plan from GOCL_ALGO and GOCL_DIRECT_THRESHOLD.
-func FromConfig() Plan {
-	return Plan{
-		Force:           strings.ToLower(strings.TrimSpace(config.String("ALGO"))),
-		DirectThreshold: config.IntOr("DIRECT_THRESHOLD", 32768),
-	}
-}
+func (c Choice) String() string { return c.Algo.String() + "/" + c.Proto.String() }
 
-// Pick chooses the algorithm for coll moving bytes in total (the size of the
-// largest buffer of the call). Collectives without a ring
-// form (alltoall, gather, scatter) are always direct.
-func (p Plan) Pick(coll wire.Coll, bytes int) Algo {
+// candidates lists the algorithms gocl has for each collective, fewest
+// steps first: a tie in the model goes to the earlier one.
+func candidates(coll wire.Coll) []Algo {
 	switch coll {
-	case wire.AlltoAll, wire.Gather, wire.Scatter, wire.SendRecv:
-		return Direct
+	case wire.AllReduce:
+		return []Algo{Direct, HalvingDoubling, Tree, Ring}
+	case wire.Broadcast, wire.Reduce:
+		return []Algo{Direct, Tree, Ring}
+	case wire.AllGather, wire.ReduceScatter:
+		return []Algo{Direct, HalvingDoubling, Ring}
 	}
-	switch p.Force {
-	case "ring":
-		return Ring
-	case "direct":
-		return Direct
+	return []Algo{Direct} // alltoall, gather, scatter: pairwise
+}
+
+// Plan is one communicator's tuner: the settings, the cost of its links, and
+// the table of choices it computed once at init.
+type Plan struct {
+	Settings
+	n      int
+	costs  [numProtos]Cost // per protocol; Beta 0: the protocol is not offered
+	chunk  int
+	choice [numColls][numSizes]Choice
+}
+
+// sizes of the precomputed table: 1 B, 2 B, 4 B, ..., 2^numSizes-1 B; larger
+// calls use the last row, where the model's choice no longer changes.
+const numSizes = 40
+
+const numColls = int(wire.SendRecv) + 1
+
+// NewPlan builds the tuner of a communicator of n ranks whose links use the
+// transports named (Link.Name: "inproc", "socket", "shm"...), cutting ring
+// and tree data into chunks of chunk bytes.
+func NewPlan(s Settings, n int, transports []string, chunk int) *Plan {
+	p := &Plan{Settings: s, n: n, chunk: max(chunk, 1)}
+	p.costs = linkCosts(transports)
+	for coll := wire.AllReduce; coll < wire.SendRecv; coll++ {
+		for b := range numSizes {
+			p.choice[coll][b] = p.decide(coll, 1<<b)
+		}
 	}
-	if bytes <= p.DirectThreshold {
-		return Direct
+	return p
+}
+
+// Pick chooses the algorithm and protocol for coll moving bytes (the size of
+// the largest buffer of the call).
+func (p *Plan) Pick(coll wire.Coll, bytes int) Choice {
+	if p == nil || coll == 0 || coll >= wire.SendRecv {
+		return Choice{Algo: Direct}
 	}
-	return Ring
+	b := 0
+	if bytes > 1 {
+		b = min(bits.Len64(uint64(bytes-1)), numSizes-1) // smallest 2^b >= bytes
+	}
+	return p.choice[coll][b]
+}
+
+// allowed reports whether a may run coll on this communicator.
+func (p *Plan) allowed(coll wire.Coll, a Algo, bytes int) bool {
+	switch a {
+	case HalvingDoubling:
+		return p.n&(p.n-1) == 0
+	case Direct:
+		cap := p.DirectMax
+		if coll == wire.AllGather || coll == wire.ReduceScatter {
+			cap *= p.n // direct moves one block per peer: cap the block
+		}
+		return bytes <= cap || p.Algos.only(coll, int(Direct))
+	}
+	return true
+}
+
+// decide runs the model for one size.
+func (p *Plan) decide(coll wire.Coll, bytes int) Choice {
+	best, bestT := Choice{Algo: Direct}, math.Inf(1)
+	pick := func(strict bool) {
+		for _, a := range candidates(coll) {
+			if (strict && !p.Algos.has(coll, int(a))) || !p.allowed(coll, a, bytes) {
+				continue
+			}
+			for pr := range numProtos {
+				if p.costs[pr].Beta == 0 || (strict && !p.Protos.has(coll, int(pr))) {
+					continue
+				}
+				if t := p.Estimate(coll, a, pr, bytes); t < bestT {
+					best, bestT = Choice{a, pr}, t
+				}
+			}
+		}
+	}
+	pick(true)
+	if math.IsInf(bestT, 1) { // the settings leave nothing gocl has here: use the model alone
+		pick(false)
+	}
+	return best
+}
+
+// Estimate is the model's time in µs for coll moving bytes with a and pr.
+func (p *Plan) Estimate(coll wire.Coll, a Algo, pr Proto, bytes int) float64 {
+	n := float64(p.n)
+	if p.n == 1 {
+		return 0
+	}
+	c := p.costs[pr]
+	S := float64(bytes)
+	// µs to move x bytes as chunked messages, and to reduce x bytes
+	msgs := func(x float64) float64 { return math.Max(1, math.Ceil(x/float64(p.chunk))) }
+	move := func(x float64) float64 { return msgs(x)*c.Alpha + x/(c.Beta*1e3) }
+	red := func(x float64) float64 { return x / (ReduceGBs * 1e3) }
+	lg := math.Ceil(math.Log2(n))
+	depth := math.Ceil(math.Log2(n + 1)) // of the trees
+	switch coll {
+	case wire.AllReduce:
+		switch a {
+		case Ring:
+			return 2*(n-1)*move(S/n) + (n-1)*red(S/n)
+		case Tree:
+			return 2*depth*c.Alpha + 2*move(S) + red(S)
+		case Direct:
+			return (n-1)*move(S) + (n-1)*red(S)
+		case HalvingDoubling:
+			return 2*lg*c.Alpha + 2*move((n-1)/n*S) + red((n-1)/n*S)
+		}
+	case wire.Broadcast, wire.Reduce:
+		r := 0.0
+		if coll == wire.Reduce {
+			r = red(S)
+		}
+		switch a {
+		case Ring:
+			return (n-1)*c.Alpha + move(S) + r
+		case Tree:
+			return depth*c.Alpha + move(S) + r
+		case Direct:
+			return (n-1)*move(S) + (n-1)*r
+		}
+	case wire.AllGather, wire.ReduceScatter:
+		r := 0.0
+		if coll == wire.ReduceScatter {
+			r = red((n - 1) / n * S)
+		}
+		switch a {
+		case Ring:
+			return (n-1)*move(S/n) + r
+		case Direct:
+			return (n-1)*move(S/n) + r
+		case HalvingDoubling:
+			return lg*c.Alpha + move((n-1)/n*S) + r
+		}
+	}
+	return (n - 1) * move(S/n) // pairwise collectives: one block per peer
+}
+
+// Table renders the choices for sizes 4 B ... 64 MiB and every collective
+// with a choice, with the model's µs for each candidate: what
+// GOCL_DEBUG_SUBSYS=TUNING prints at init.
+func (p *Plan) Table() []string {
+	var lines []string
+	lines = append(lines, fmt.Sprintf("tuner: %d ranks, links %s, chunk %d B, direct up to %d B; %s",
+		p.n, p.describeCosts(), p.chunk, p.DirectMax, p.Settings))
+	for coll := wire.AllReduce; coll < wire.SendRecv; coll++ {
+		cands := candidates(coll)
+		if len(cands) == 1 {
+			continue
+		}
+		head := fmt.Sprintf("%-14s %10s  %-22s", coll, "bytes", "choice")
+		for _, a := range cands {
+			head += fmt.Sprintf(" %16s", a)
+		}
+		lines = append(lines, head)
+		for b := 2; b <= 26; b += 3 {
+			ch := p.choice[coll][b]
+			row := fmt.Sprintf("%-14s %10d  %-22s", "", 1<<b, ch)
+			for _, a := range cands {
+				cell := "-"
+				if p.allowed(coll, a, 1<<b) {
+					cell = fmt.Sprintf("%.1f", p.Estimate(coll, a, ch.Proto, 1<<b))
+				}
+				row += fmt.Sprintf(" %16s", cell)
+			}
+			lines = append(lines, row)
+		}
+	}
+	return lines
+}
+
+func (p *Plan) describeCosts() string {
+	var parts []string
+	for pr := range numProtos {
+		if c := p.costs[pr]; c.Beta > 0 {
+			parts = append(parts, fmt.Sprintf("%s/%s %.2g µs + bytes at %.3g GB/s", c.Transport, pr, c.Alpha, c.Beta))
+		}
+	}
+	return strings.Join(parts, ", ")
 }

@@ -1,0 +1,279 @@
+package algo
+
+import (
+	"sync"
+
+	"gocl/kernels"
+	"gocl/runtime/status"
+	"gocl/runtime/transport"
+)
+
+// The primitives, named as NCCL names them (src/device/prims_*.h). Each is
+// one step of an algorithm on one chunk:
+//
+//	send                the peer gets a local buffer
+//	copySend            the peer gets pre(local) (PreMulSum scales, others copy)
+//	recv                a frame lands in its final place (NCCL's directRecv:
+//	                    links read into the destination, no FIFO copy)
+//	recvReduceCopy      dst = payload ⊕ local
+//	recvReduceSend      the next peer gets payload ⊕ local
+//	recvReduceCopySend  dst = payload ⊕ local, finished, and the next peer gets it
+//	recvCopySend        dst = payload, and the next peer gets it
+//
+// A send goes one of two ways, chosen per peer at its first frame of a call:
+//
+//   - lent: the link implements transport.Lender, and whatever produces the
+//     frame (a copy, a reduction) writes it straight into the peer's slot, on
+//     the caller's goroutine: one pass over memory per step. Frames are
+//     produced in the order the peer consumes them, and every algorithm
+//     sends at most one frame to a peer before it receives the frame that
+//     frees the next (chunk by chunk), so a Lender buffering two frames
+//     (NCCL keeps eight) can never close a cycle of waits.
+//   - queued: the frame is built in local memory and handed to the call's
+//     sender goroutine (or sent inline when the link buffers it anyway), so
+//     a rank receives step s+1 while step s is still going out. The sender
+//     keeps every frame of the call, so queueing never blocks.
+
+// sendMode is how this call sends to one peer.
+type sendMode uint8
+
+const (
+	undecided sendMode = iota
+	queued
+	lent
+)
+
+// sendReq is one queued frame.
+type sendReq struct {
+	peer, step int
+	data       []byte
+}
+
+// prims runs the primitives of one call on one rank.
+type prims struct {
+	c    *Ctx
+	mode []sendMode // by peer
+
+	// queued frames
+	mu      sync.Mutex
+	q       []sendReq
+	closed  bool
+	wake    chan struct{} // nil until the sender goroutine starts
+	done    chan error
+	inlined error       // first error of a frame sent on the caller's goroutine
+	pending map[int]int // bytes sent inline to each peer during this call
+}
+
+// run executes body with the call's primitives. On any error it fails the
+// communicator, then waits for the sender: the call must not return while a
+// goroutine still reads the caller's buffers.
+func (c *Ctx) run(body func(p *prims) error) error {
+	p := &prims{c: c, mode: make([]sendMode, c.N)}
+	err := body(p)
+	if err != nil {
+		c.Fail(err)
+	}
+	serr := p.wait()
+	if err == nil && serr != nil {
+		c.Fail(serr)
+		err = serr
+	}
+	return err
+}
+
+// ---- sending
+
+// produce sends a frame of n bytes to peer that fill writes: into the peer's
+// lent slot when it has one, else into tmp, which is then queued.
+func (p *prims) produce(peer, step, n int, fill func(out []byte) error, tmp []byte) error {
+	if n == 0 {
+		return nil
+	}
+	if p.mode[peer] != queued {
+		if l, ok := p.c.Links[peer].(transport.Lender); ok {
+			slot, ok, err := l.Lend(n)
+			if err != nil {
+				return err
+			}
+			if ok {
+				p.mode[peer] = lent
+				if err := fill(slot[:n]); err != nil {
+					return err
+				}
+				return l.Commit(p.c.hdr(step))
+			}
+			if p.mode[peer] == lent { // too big to lend: send inline, keeping the order
+				if err := fill(tmp); err != nil {
+					return err
+				}
+				return p.c.Links[peer].Send(p.c.hdr(step), tmp)
+			}
+		}
+		p.mode[peer] = queued
+	}
+	if err := fill(tmp); err != nil {
+		return err
+	}
+	p.enqueue(peer, step, tmp)
+	return nil
+}
+
+// send: the peer gets src.
+func (p *prims) send(peer, step int, src []byte) error {
+	if p.mode[peer] == queued { // the common path: no closure
+		if len(src) > 0 {
+			p.enqueue(peer, step, src)
+		}
+		return nil
+	}
+	return p.produce(peer, step, len(src), func(out []byte) error {
+		if !same(out, src) {
+			copy(out, src)
+		}
+		return nil
+	}, src)
+}
+
+// copySend: the peer gets pre(src); tmp holds it when the peer cannot lend.
+func (p *prims) copySend(peer, step int, src, tmp []byte) error {
+	if !p.c.Red.NeedsPrepare() {
+		return p.send(peer, step, src)
+	}
+	return p.produce(peer, step, len(src), func(out []byte) error {
+		p.c.Red.Prepare(out, src)
+		return nil
+	}, tmp)
+}
+
+// ---- receiving
+
+// recv: the frame of step from peer lands in dst.
+func (p *prims) recv(peer, step int, dst []byte) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	return p.c.Links[peer].RecvInto(p.c.hdr(step), dst)
+}
+
+// recvReduceCopy: dst = payload ⊕ local, reduced by red (c.Red when local is
+// this rank's input, c.combiner() when it is a partial result).
+func (p *prims) recvReduceCopy(red *kernels.Reducer, peer, step int, dst, local []byte) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	h := p.c.hdr(step)
+	h.Len = uint64(len(dst))
+	return p.c.Links[peer].RecvWith(h, func(pl []byte) { red.Accumulate(dst, pl, local) })
+}
+
+// recvReduceSend: to gets payload ⊕ local; tmp holds it when to cannot lend.
+func (p *prims) recvReduceSend(red *kernels.Reducer, from, to, step int, local, tmp []byte) error {
+	return p.produce(to, step+1, len(local), func(out []byte) error {
+		return p.recvReduceCopy(red, from, step, out, local)
+	}, tmp)
+}
+
+// recvReduceCopySend: dst = payload ⊕ local, finished (Avg divides), and to
+// gets dst.
+func (p *prims) recvReduceCopySend(from, to, step int, dst, local []byte) error {
+	return p.produce(to, step+1, len(dst), func(out []byte) error {
+		if err := p.recvReduceCopy(p.c.Red, from, step, out, local); err != nil {
+			return err
+		}
+		p.c.Red.Finalize(out)
+		if !same(out, dst) {
+			copy(dst, out)
+		}
+		return nil
+	}, dst)
+}
+
+// recvCopySend: dst = payload, and to gets it.
+func (p *prims) recvCopySend(from, to, step int, dst []byte) error {
+	return p.produce(to, step+1, len(dst), func(out []byte) error {
+		if same(out, dst) {
+			return p.recv(from, step, dst)
+		}
+		h := p.c.hdr(step)
+		h.Len = uint64(len(dst))
+		return p.c.Links[from].RecvWith(h, func(pl []byte) {
+			copy(out, pl)
+			copy(dst, pl)
+		})
+	}, dst)
+}
+
+// ---- the sender goroutine
+
+func (p *prims) enqueue(peer, step int, data []byte) {
+	if p.wake == nil {
+		l := p.c.Links[peer]
+		// The kernel must be able to hold everything sent inline to this
+		// peer in this call: the peer may not read until it has sent too.
+		if l.Buffered(p.pending[peer] + len(data)) {
+			if p.pending == nil {
+				p.pending = map[int]int{}
+			}
+			p.pending[peer] += len(data)
+			if p.inlined == nil {
+				if p.inlined = l.Send(p.c.hdr(step), data); p.inlined != nil {
+					p.c.Fail(p.inlined) // unblock this rank's receives now
+				}
+			}
+			return
+		}
+		p.wake = make(chan struct{}, 1)
+		p.done = make(chan error, 1)
+		go p.loop()
+	}
+	p.mu.Lock()
+	p.q = append(p.q, sendReq{peer, step, data})
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *prims) loop() {
+	var err error
+	defer func() { p.done <- err }()
+	defer status.Catch(&err)
+	var batch []sendReq
+	for {
+		p.mu.Lock()
+		batch, p.q = p.q, batch[:0]
+		closed := p.closed
+		p.mu.Unlock()
+		for _, r := range batch {
+			if err == nil {
+				err = p.c.Links[r.peer].Send(p.c.hdr(r.step), r.data)
+			}
+		}
+		if len(batch) == 0 {
+			if closed {
+				return
+			}
+			<-p.wake
+		}
+	}
+}
+
+// wait closes the queue and returns the first send error.
+func (p *prims) wait() error {
+	if p.wake == nil {
+		return p.inlined
+	}
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+	err := <-p.done
+	if p.inlined != nil {
+		return p.inlined
+	}
+	return err
+}

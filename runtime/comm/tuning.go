@@ -1,0 +1,72 @@
+package comm
+
+import (
+	"bytes"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"strings"
+
+	"gocl/kernels"
+	"gocl/runtime/debuglog"
+	"gocl/runtime/status"
+	"gocl/runtime/tune"
+)
+
+// tuneRecord is one rank's entry in the init exchange: a hash of the
+// settings that must agree, then its links' transport names.
+const tuneRecord = 128
+
+// setupTuner builds the communicator's tuner. Every rank must pick the same
+// algorithm for a call, so the ranks first exchange the transports their
+// links use and a fingerprint of their tuning settings: all build the model
+// from the union of transports, and ranks whose settings differ fail init
+// here instead of mismatching on their first call.
+func (c *Comm) setupTuner(s tune.Settings) error {
+	seen := map[string]bool{}
+	for _, l := range c.links {
+		if l != nil {
+			seen[l.Name()] = true
+		}
+	}
+	fp := fnv.New64a()
+	fmt.Fprintf(fp, "%s|%d|%d", s, s.DirectMax, c.chunk)
+	mine := make([]byte, tuneRecord)
+	copy(mine, fp.Sum(nil))
+	copy(mine[8:], strings.Join(sortedKeys(seen), ","))
+	if c.nranks > 1 {
+		all := make([]byte, tuneRecord*c.nranks)
+		if err := c.allGather(mine, all, tuneRecord, kernels.Uint8); err != nil {
+			return err
+		}
+		for r := 0; r < c.nranks; r++ {
+			rec := all[r*tuneRecord : (r+1)*tuneRecord]
+			if !bytes.Equal(rec[:8], mine[:8]) {
+				return status.Errorf(status.InvalidUsage,
+					"rank %d: rank %d runs with other GOCL_ALGO, GOCL_PROTO, GOCL_DIRECT_THRESHOLD or GOCL_BUFFSIZE settings than this rank (%s, direct up to %d B, chunk %d B): set them the same on every rank",
+					c.rank, r, s, s.DirectMax, c.chunk)
+			}
+			for _, t := range strings.Split(string(bytes.TrimRight(rec[8:], "\x00")), ",") {
+				if t != "" {
+					seen[t] = true
+				}
+			}
+		}
+	}
+	c.plan = tune.NewPlan(s, c.nranks, sortedKeys(seen), c.chunk)
+	if c.rank == 0 && debuglog.Enabled(debuglog.Info, debuglog.Tuning) {
+		for _, line := range c.plan.Table() {
+			debuglog.Infof(debuglog.Tuning, c.rank, "%s", line)
+		}
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]bool) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
