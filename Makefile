@@ -14,7 +14,7 @@ PYLIB   := python/gocl/_native/libgocl.so
 PYDOCTOR := python/gocl/_native/gocl-doctor
 DOCTOR_SOURCES := $(shell find cmd/gocl-doctor doctor -type f 2>/dev/null) go.mod $(wildcard go.sum)
 
-.PHONY: help lib run perf test test-go test-race test-c test-python test-torch27 venv pylib fuzz bench mpi clean wheels wheel-tools qemu
+.PHONY: help lib run perf test test-go test-race test-c test-python test-torch27 venv pylib fuzz bench mpi clean wheels wheel-tools qemu test-sdist
 
 help:
 	@echo "make run    - set up .venv, then the main job: examples/ddp_train.py (DDP) on 4 local ranks over gocl, then gloo"
@@ -26,6 +26,7 @@ help:
 	@echo "make bench  - gocl vs OpenMPI allreduce side by side (installs OpenMPI from Debian if missing)"
 	@echo "make fuzz   - run each fuzz target for FUZZTIME (default 30s)"
 	@echo "make wheels - release files in $(DIST)/: the sdist and manylinux_2_17 wheels for x86_64 and aarch64, each checked"
+	@echo "make test-sdist - install the sdist where PATH has no Go and no C compiler (minutes)"
 
 lib: $(BUILD)/libgocl.so $(BUILD)/include/gocl.h
 
@@ -162,6 +163,11 @@ $(DIST)/gocl-$(VERSION)-py3-none-%.whl: $(PACKAGE_INPUTS)
 
 $(SDIST): $(PACKAGE_INPUTS)
 	$(UV) build --sdist --out-dir $(DIST)
+
+# The sdist on a machine with nothing but Python (Go and zig from PyPI, Go
+# modules from its vendor/): minutes, so not part of `make test`.
+test-sdist: venv wheel-tools
+	GOCL_TEST_SDIST=1 $(PY) -m pytest tests/python/test_wheels.py -q -k sdist
 
 # auditwheel (and pyelftools, which it brings) for the checks, and zig (ziglang)
 # to build tests/python/test_wheels.py's aarch64 probe, in their own venv.

