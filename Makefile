@@ -2,7 +2,7 @@
 GO      ?= go
 CC      ?= gcc
 BUILD   := build
-SOURCES := $(shell find capi runtime kernels jax_ffi -name '*.go' -o -name '*.c' -o -name '*.h' -o -name '*.s') go.mod
+SOURCES := $(shell find capi runtime kernels jax_ffi -name '*.go' -o -name '*.c' -o -name '*.h' -o -name '*.s') go.mod runtime/version/VERSION
 RPATH   := -Wl,-rpath,'$$ORIGIN'
 CFLAGS  := -O2 -Wall -Wextra -I$(BUILD)/include -Itests/c
 # Python: a uv-made .venv with gocl installed editable (extras torch, jax, test).
@@ -16,7 +16,7 @@ PYPERF  := python/gocl/_native/gocl-perf
 PERF_SOURCES := bench/gocl_perf.c bench/perf_common.h tests/c/launch.c tests/c/launch.h capi/gocl.h
 DOCTOR_SOURCES := $(shell find cmd/gocl-doctor doctor -type f 2>/dev/null) go.mod $(wildcard go.sum)
 
-.PHONY: help lib run perf test test-go test-race test-c test-python test-torch27 venv pylib fuzz bench mpi clean
+.PHONY: help lib run perf test test-go test-race test-c test-python test-torch27 venv pylib fuzz bench mpi clean wheels wheel-tools qemu test-sdist
 
 help:
 	@echo "make run    - set up .venv, then the main job: examples/ddp_train.py (DDP) on 4 local ranks over gocl, then gloo"
@@ -27,6 +27,8 @@ help:
 	@echo "make test-python - the Python suite (numpy API, launcher, pytest plugin, packaging, torch backend) in $(VENV)"
 	@echo "make bench  - gocl vs OpenMPI allreduce side by side, 2 and 4 ranks, checked against the goals (installs OpenMPI if missing)"
 	@echo "make fuzz   - run each fuzz target for FUZZTIME (default 30s)"
+	@echo "make wheels - release files in $(DIST)/: the sdist and manylinux_2_17 wheels for x86_64 and aarch64, each checked"
+	@echo "make test-sdist - install the sdist where PATH has no Go and no C compiler (minutes)"
 
 lib: $(BUILD)/libgocl.so $(BUILD)/include/gocl.h
 
@@ -124,7 +126,7 @@ test-c: $(BUILD)/gocl_test $(BUILD)/fork_test $(BUILD)/env_test $(BUILD)/jax_ffi
 	for n in 1 2 3 4 5; do $(BUILD)/gocl_test -n $$n || exit 1; done
 	$(BUILD)/gocl_test -n 3 --kill-rank 1
 
-test-python: venv $(FAKE_NVML)
+test-python: venv $(FAKE_NVML) wheel-tools qemu
 	$(PY) -m pytest tests/python -q
 
 # The torch backend on the oldest torch our users report (2.7.1: the
@@ -154,6 +156,50 @@ bench: $(BUILD)/gocl-perf
 # OpenMPI, the anchor the benchmarks compare against (Debian's packages).
 mpi:
 	command -v mpicc >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin libopenmpi-dev)
+
+# Release files (README "Releasing"): the sdist, and one wheel per platform,
+# cross-compiled on this machine (Go's GOARCH, cgo through zig cc from PyPI,
+# aimed at glibc 2.17: hatch_build.py), then checked by packaging/check_wheel.py
+# (architecture, needed libraries, glibc symbol versions, exported API,
+# auditwheel show).
+DIST := dist
+VERSION := $(shell cat runtime/version/VERSION)
+WHEEL_PLATFORMS := manylinux_2_17_x86_64 manylinux_2_17_aarch64
+WHEEL_TOOLS := $(BUILD)/wheel-tools
+WHEEL_FILES := $(foreach p,$(WHEEL_PLATFORMS),$(DIST)/gocl-$(VERSION)-py3-none-$(p).whl)
+SDIST := $(DIST)/gocl-$(VERSION).tar.gz
+# What goes into a wheel: rebuilt only when one of these changes.
+PACKAGE_INPUTS := $(SOURCES) $(DOCTOR_SOURCES) $(filter-out python/gocl/_version.py,$(shell find python/gocl -name '*.py')) pyproject.toml \
+	hatch_build.py README.md $(wildcard packaging/*.py packaging/*.c)
+wheels: $(SDIST) $(WHEEL_FILES) wheel-tools
+	$(WHEEL_TOOLS)/bin/python packaging/check_wheel.py $(WHEEL_FILES)
+
+$(DIST)/gocl-$(VERSION)-py3-none-%.whl: $(PACKAGE_INPUTS)
+	GOCL_WHEEL_PLATFORM=$* $(UV) build --wheel --out-dir $(DIST)
+
+$(SDIST): $(PACKAGE_INPUTS)
+	$(UV) build --sdist --out-dir $(DIST)
+
+# The sdist on a machine with nothing but Python (Go and zig from PyPI, Go
+# modules from its vendor/): minutes, so not part of `make test`.
+test-sdist: venv wheel-tools
+	GOCL_TEST_SDIST=1 $(PY) -m pytest tests/python/test_wheels.py -q -k sdist
+
+# auditwheel (and pyelftools, which it brings) for the checks, and zig (ziglang)
+# to build tests/python/test_wheels.py's aarch64 probe, in their own venv.
+wheel-tools: $(WHEEL_TOOLS)/.installed
+$(WHEEL_TOOLS)/.installed:
+	@$(UV) --version >/dev/null 2>&1 || $(PYTHON3) -m pip install --quiet uv
+	$(UV) venv --allow-existing --python $(PYTHON3) $(WHEEL_TOOLS)
+	$(UV) pip install --python $(WHEEL_TOOLS)/bin/python "auditwheel>=6" pyelftools "ziglang>=0.13"
+	@touch $@
+
+# qemu-user and Debian's aarch64 glibc: tests/python/test_wheels.py runs the
+# aarch64 wheel's library under emulation when these are here.
+qemu:
+	@command -v qemu-aarch64 >/dev/null && test -e /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user libc6-arm64-cross) || \
+	  echo "make qemu: qemu-user not installed; the aarch64 wheel is checked without emulation"
 
 clean:
 	rm -rf $(BUILD) python/gocl/_native

@@ -22,7 +22,7 @@ func goclgoGetVersion(version *C.int) (rc C.int) {
 	if version == nil {
 		return record(0, nullArg("version"))
 	}
-	*version = comm.Version
+	*version = C.int(comm.Version)
 	return 0
 }
 

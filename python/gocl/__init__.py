@@ -29,7 +29,9 @@ from .errors import (
     RemoteError,
 )
 
-__version__ = "0.1.0"
+# Written at build time from runtime/version/VERSION, gocl's one version (the
+# library's goclGetVersion embeds the same file).
+from ._version import __version__
 
 # torch.distributed backend "gocl": registered now if torch is already imported, else
 # right after `import torch` (one-shot import hook). Imports neither torch nor libgocl.so.

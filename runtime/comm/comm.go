@@ -20,10 +20,12 @@ import (
 	"gocl/runtime/transport"
 	"gocl/runtime/transport/inproc"
 	"gocl/runtime/tune"
+	"gocl/runtime/version"
 )
 
-// Version is reported by goclGetVersion (MAJOR*10000 + MINOR*100 + PATCH).
-const Version = 100
+// Version is reported by goclGetVersion (MAJOR*10000 + MINOR*100 + PATCH);
+// it comes from runtime/version's VERSION file, gocl's one version source.
+var Version = version.Code
 
 // Comm is one rank's communicator.
 type Comm struct {
@@ -135,8 +137,8 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 	me := bootstrap.PeerInfo{Rank: rank, NRanks: nranks, Addr: ln.Addr().String(), Host: hostID(),
 		Proc: processID, Pid: os.Getpid(), Device: device}
 	offer(&me)
-	debuglog.Infof(debuglog.Init, rank, "gocl version %d.%d.%d, joining %d ranks at %s, using %s",
-		Version/10000, Version/100%100, Version%100, nranks, id.String(), ifc)
+	debuglog.Infof(debuglog.Init, rank, "gocl version %s, joining %d ranks at %s, using %s",
+		version.String, nranks, id.String(), ifc)
 	if debuglog.Enabled(debuglog.Info, debuglog.Env) {
 		for _, v := range config.Table() {
 			if val, src := config.Source(v.Name); src != "default" {
