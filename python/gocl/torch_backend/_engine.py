@@ -22,12 +22,14 @@ What gocl lacks is built here from what it has:
 
 from __future__ import annotations
 
+import datetime
 import functools
 import logging
 import os
 import socket
 import sys
 import threading
+import time
 
 import torch
 from torch._C._distributed_c10d import (
@@ -137,6 +139,8 @@ class Engine:
         self.executor = Executor(f"{group_id}:{rank}")
         self._shut = False
         self.seq = 0  # operations issued (torch's "sequence number for group")
+        self.store = None  # the group's store (monitored_barrier); set by create()
+        self._monitored = 0  # monitored_barrier calls so far
         self._c_all_reduce = _lib.lib().goclAllReduce  # the latency path calls it directly
 
     @classmethod
@@ -148,7 +152,9 @@ class Engine:
         if debug_enabled():  # next to the library's own GOCL_DEBUG=INFO lines, in their format
             sys.stderr.write(f"{socket.gethostname()}:{os.getpid()}:{threading.get_native_id()} "
                              f"[{global_ranks[rank]}] GOCL INFO {line}\n")
-        return cls(comm, rank, size, global_ranks, group_id)
+        engine = cls(comm, rank, size, global_ranks, group_id)
+        engine.store = store
+        return engine
 
     # ------------------------------------------------------------ helpers
     def _where(self) -> str:
@@ -444,17 +450,22 @@ class Engine:
         return issue, finish
 
     def allgather_coalesced(self, output_lists, input_tensors, opts=None) -> GoclWork:
+        """torch's layout (as gloo's): output_lists[r] is rank r's list,
+        holding one tensor per input tensor."""
         opts = opts if opts is not None else AllgatherOptions()
-        if len(output_lists) != len(input_tensors):
-            raise self._err("allgather_coalesced: one output list per input tensor is needed")
-        steps = []
-        for outs, inp in zip(output_lists, input_tensors):
-            if len(outs) != self.size:
-                raise self._err(f"allgather_coalesced: an output list has {len(outs)} tensors for "
-                                f"{self.size} ranks")
-            steps.append(self._allgather_list_steps(list(outs), inp))
-        every = [x for outs in output_lists for x in outs] + list(input_tensors)
-        return self._submit(self._combined("allgather_coalesced", steps, list(output_lists), every), opts)
+        output_lists = [list(outs) for outs in output_lists]
+        inputs = list(input_tensors)
+        if len(output_lists) != self.size:
+            raise self._err(f"allgather_coalesced: output_tensor_lists has {len(output_lists)} lists; it needs "
+                            f"one per rank ({self.size}), each holding one tensor per input tensor")
+        for r, outs in enumerate(output_lists):
+            if len(outs) != len(inputs):
+                raise self._err(f"allgather_coalesced: output_tensor_lists[{r}] has {len(outs)} tensors for "
+                                f"{len(inputs)} input tensors")
+        steps = [self._allgather_list_steps([output_lists[r][j] for r in range(self.size)], inp)
+                 for j, inp in enumerate(inputs)]
+        every = [x for outs in output_lists for x in outs] + inputs
+        return self._submit(self._combined("allgather_coalesced", steps, output_lists, every), opts)
 
     def _allgather_base_steps(self, out, inp):
         if out.dtype != inp.dtype or out.numel() != self.size * inp.numel():
@@ -779,9 +790,24 @@ class Engine:
         self.seq += 1
         return self.executor.submit(Task("recv", issue, finish, [t], [t], p2p=True), async_op=True)
 
-    def recv_anysource(self, tensors, tag: int = 0):
-        raise NotImplementedError(f"gocl: recv from any source is not supported ({self._where()}): "
-                                  "gocl matches messages per peer; pass src")
+    def recv_anysource(self, tensors, tag: int = 0) -> GoclWork:
+        """Receive from whichever rank sends first (gloo's recvAnysource):
+        the Work's _source_rank() is that rank. It runs alone, after the
+        group's queued work (its peer is known only once it has run)."""
+        t = self._one(tensors, "recv")
+        st = {}
+
+        def issue():
+            h = st["h"] = Host(t, read=False)
+            src = self.comm.recv_any(h.bytes().data_ptr(), h.nbytes, U8)
+            work.source = src
+
+        def finish():
+            st["h"].write_back()
+        self.seq += 1
+        self.executor.flush()  # earlier isend/irecv go first, in program order
+        work = self.executor.submit(Task("recvAnySource", issue, finish, [t], [t]), async_op=True)
+        return work
 
     # ------------------------------------------------------------ barrier
     def barrier(self, opts=None) -> GoclWork:
@@ -792,9 +818,52 @@ class Engine:
             self.comm.all_reduce(flag.data_ptr(), flag.data_ptr(), 1, U8, _core.MAX)
         return self._submit(Task("barrier", issue, None, [flag]), opts)
 
-    def monitored_barrier(self, *args, **kwargs):
-        raise NotImplementedError("gocl: monitored_barrier is a Gloo feature; use barrier() (a dead or "
-                                  "stuck rank fails it on every rank after GOCL_TIMEOUT)")
+    def monitored_barrier(self, opts=None, wait_all_ranks: bool = False) -> GoclWork:
+        """gloo's monitored barrier, through the group's store: every rank
+        checks in; rank 0 waits up to the timeout for each and names the
+        ranks that did not arrive (all of them with wait_all_ranks), and
+        every rank gets that error. opts: BarrierOptions (C++ callers) or a
+        timedelta (torch's ProcessGroup route)."""
+        timeout = getattr(opts, "timeout", opts)
+        if not isinstance(timeout, datetime.timedelta) or timeout.total_seconds() <= 0:
+            timeout = datetime.timedelta(seconds=float(_core_timeout()))
+        self.executor.drain()  # a barrier orders everything before it
+        self._monitored += 1
+        prefix = f"gocl/monitored_barrier/{self._monitored}"
+        done = f"{prefix}/done"
+        seconds = timeout.total_seconds()
+        if self.rank != 0:
+            self.store.set(f"{prefix}/arrived/{self.rank}", "1")
+            try:
+                self.store.wait([done], timeout)
+            except Exception as exc:  # noqa: BLE001
+                raise RuntimeError(f"gocl monitored_barrier: {self._where()} timed out after {seconds:g} s "
+                                   f"waiting for rank 0 to confirm the barrier: {exc}") from exc
+            verdict = self.store.get(done).decode()
+            if verdict != "ok":
+                raise RuntimeError(verdict)
+            self.barrier().wait()  # rank 0 (maybe the store's server) stays until every rank has read
+            return completed_work([])
+        deadline = time.monotonic() + seconds
+        missing = []
+        for r in range(1, self.size):
+            left = max(deadline - time.monotonic(), 0.001)
+            try:
+                self.store.wait([f"{prefix}/arrived/{r}"], datetime.timedelta(seconds=left))
+            except Exception:  # noqa: BLE001
+                missing.append(r)
+                if not wait_all_ranks:
+                    break
+        if missing:
+            ranks = ", ".join(f"{r} (global rank {self.global_ranks[r]})" for r in missing)
+            what = "Rank" if len(missing) == 1 else "Ranks"
+            msg = (f"gocl monitored_barrier on group {self.group_id!r}: {what} {ranks} failed to pass "
+                   f"monitoredBarrier in {seconds * 1000:.0f} ms (timed out)")
+            self.store.set(done, msg)
+            raise RuntimeError(msg)
+        self.store.set(done, "ok")
+        self.barrier().wait()
+        return completed_work([])
 
     # ------------------------------------------------------------ coalescing, lifetime
     def start_coalescing(self) -> None:
@@ -817,6 +886,14 @@ class Engine:
             return
         self._shut = True
         self.comm.abort()
+
+
+def _core_timeout() -> float:
+    """GOCL_TIMEOUT in seconds (gocl's default operation timeout)."""
+    try:
+        return float(os.environ.get("GOCL_TIMEOUT") or os.environ.get("NCCL_TIMEOUT") or 600)
+    except ValueError:
+        return 600.0
 
 
 def debug_enabled() -> bool:
