@@ -840,8 +840,9 @@ class Engine:
                 raise RuntimeError(f"gocl monitored_barrier: {self._where()} timed out after {seconds:g} s "
                                    f"waiting for rank 0 to confirm the barrier: {exc}") from exc
             verdict = self.store.get(done).decode()
-            if verdict != "ok":
-                raise RuntimeError(verdict)
+            if verdict != "ok":  # gloo's wording, which callers match
+                raise RuntimeError(f"Rank {self.rank} successfully reached monitoredBarrier, but received errors "
+                                   f"while waiting for send/recv from rank 0: {verdict}")
             self.barrier().wait()  # rank 0 (maybe the store's server) stays until every rank has read
             return completed_work([])
         deadline = time.monotonic() + seconds
@@ -855,10 +856,11 @@ class Engine:
                 if not wait_all_ranks:
                     break
         if missing:
-            ranks = ", ".join(f"{r} (global rank {self.global_ranks[r]})" for r in missing)
+            # gloo's wording (group ranks), which callers match; then the global ranks
             what = "Rank" if len(missing) == 1 else "Ranks"
-            msg = (f"gocl monitored_barrier on group {self.group_id!r}: {what} {ranks} failed to pass "
-                   f"monitoredBarrier in {seconds * 1000:.0f} ms (timed out)")
+            msg = (f"{what} {', '.join(map(str, missing))} failed to pass monitoredBarrier in "
+                   f"{seconds * 1000:.0f} ms (timed out; gocl group {self.group_id!r}, global "
+                   f"rank{'s' if len(missing) > 1 else ''} {', '.join(str(self.global_ranks[r]) for r in missing)})")
             self.store.set(done, msg)
             raise RuntimeError(msg)
         self.store.set(done, "ok")

@@ -75,8 +75,8 @@ def test_monitored_barrier_names_every_missing_rank():
             with pytest.raises(RuntimeError) as info:
                 dist.monitored_barrier(timeout=datetime.timedelta(seconds=1), wait_all_ranks=True)
             msg = str(info.value)
-            assert "Ranks 1 (global rank 1), 2 (global rank 2) failed to pass monitoredBarrier" in msg, msg
-            with pytest.raises(RuntimeError, match="Rank 1 .*failed to pass monitoredBarrier"):
+            assert "Ranks 1, 2 failed to pass monitoredBarrier" in msg and "global ranks 1, 2" in msg, msg
+            with pytest.raises(RuntimeError, match="Rank 1 failed to pass monitoredBarrier"):
                 dist.monitored_barrier(timeout=datetime.timedelta(seconds=1))
         # the others skip both: rank 0 names them; line up again
         dist.barrier()
