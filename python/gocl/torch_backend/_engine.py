@@ -269,6 +269,8 @@ class Engine:
     def allreduce(self, tensors, opts=None) -> GoclWork:
         opts = opts if opts is not None else AllreduceOptions()
         t = self._one(tensors, "allreduce")
+        if t.layout == torch.sparse_coo:
+            return self.allreduce_sparse(tensors, opts)
         red = self._reduction(t.dtype, opts.reduceOp)
         is_async = _async(opts)
         # fast path: a synchronous call on a host tensor with nothing queued
@@ -286,6 +288,38 @@ class Engine:
             return self._done([t])
         issue, finish = self._allreduce_steps(t, red)
         return self._submit(Task("allreduce", issue, finish, [t], [t]), opts, is_async)
+
+    def allreduce_sparse(self, tensors, opts=None) -> GoclWork:
+        """SUM of sparse COO tensors, as gloo does it: every rank's indices
+        and values are gathered, concatenated and coalesced (the result is
+        written into the tensor, whose nnz may change)."""
+        opts = opts if opts is not None else AllreduceOptions()
+        t = self._one(tensors, "allreduce")
+        if t.layout != torch.sparse_coo:
+            raise self._err(f"sparse allreduce: the tensor's layout is {t.layout}, not torch.sparse_coo")
+        if _types.op_type(opts.reduceOp) != _types.R.SUM:
+            raise _types.UnsupportedError(f"gocl: sparse allreduce supports only SUM, not "
+                                          f"{_types.op_name(opts.reduceOp).upper()} (rank {self.rank})")
+
+        def gather(x):  # every rank's x (sizes differ in dim 0 after moving it first)
+            x = x.contiguous()
+            n = torch.tensor([x.shape[0]], dtype=torch.int64)
+            counts = torch.empty(self.size, dtype=torch.int64)
+            self.comm.all_gather(n.data_ptr(), counts.data_ptr(), 1, _core.INT64)
+            outs = [torch.empty((int(c), *x.shape[1:]), dtype=x.dtype) for c in counts]
+            issue, finish = self._allgather_list_steps(outs, x)
+            issue()
+            finish()
+            return torch.cat(outs, 0)
+
+        def issue():
+            s = t.detach().cpu().coalesce()
+            idx = gather(s.indices().t())
+            val = gather(s.values())
+            total = torch.sparse_coo_tensor(idx.t(), val, s.shape).coalesce()
+            with torch.no_grad():
+                t.copy_(total.to(t.device))
+        return self._submit(Task("allreduce_sparse", issue, None, [t]), opts)
 
     def allreduce_coalesced(self, tensors, opts=None) -> GoclWork:
         opts = opts if opts is not None else AllreduceCoalescedOptions()

@@ -94,7 +94,7 @@ class _Ops:
         return self._engine.allreduce_coalesced(tensors, opts)
 
     def allreduce_sparse(self, tensors, opts=None):
-        raise NotImplementedError("gocl: sparse all_reduce is not supported; use a dense tensor")
+        return self._engine.allreduce_sparse(tensors, opts)
 
     # broadcast, reduce
     def broadcast(self, tensors, opts=None):

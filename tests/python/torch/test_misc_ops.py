@@ -197,7 +197,19 @@ def _errors(rank, world, f):
     expect_error(lambda: dist.all_reduce(torch.ones(3), op=R.BAND), "torch.float32", "BAND", what="float BAND")
     expect_error(lambda: dist.reduce_scatter_tensor(torch.empty(3), torch.ones(3 * world + 1)),
                  "reduce_scatter_tensor", what="reduce_scatter_tensor sizes")
-    expect_error(lambda: dist.all_reduce(torch.ones(3).to_sparse()), "sparse", what="sparse all_reduce")
+    # sparse: SUM only (gathered indices and values, coalesced, as gloo)
+    sp = torch.zeros(5, 2)
+    sp[rank % 5] = rank + 1
+    sp[4, 1] = 10
+    sparse = sp.to_sparse()
+    dist.all_reduce(sparse)
+    want = torch.zeros(5, 2)
+    for q in range(world):
+        want[q % 5] += q + 1
+    want[4, 1] += 10 * world
+    f.check(torch.equal(sparse.to_dense(), want), f"sparse all_reduce {sparse.to_dense()}")
+    expect_error(lambda: dist.all_reduce(torch.ones(3).to_sparse(), op=R.MAX), "sparse allreduce supports only SUM",
+                 what="sparse all_reduce MAX")
     # the group still works after refused calls
     x = torch.ones(4)
     dist.all_reduce(x)
