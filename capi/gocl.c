@@ -123,6 +123,9 @@ goclResult_t goclSend(const void* s, size_t n, goclDataType_t t, int peer, goclC
 goclResult_t goclRecv(void* r, size_t n, goclDataType_t t, int peer, goclComm_t c, goclStream_t st) {
   GUARD(); return (goclResult_t)goclgoCall(SENDRECV, NULL, r, n, t, 0, peer, 0, H(c), H(st));
 }
+goclResult_t goclRecvAny(void* r, size_t n, goclDataType_t t, int* peer, goclComm_t c, goclStream_t st) {
+  GUARD(); return (goclResult_t)goclgoRecvAny(r, n, t, peer, H(c), H(st));
+}
 
 goclResult_t goclGroupStart(void) { GUARD(); return (goclResult_t)goclgoGroup(1); }
 goclResult_t goclGroupEnd(void) { GUARD(); return (goclResult_t)goclgoGroup(0); }

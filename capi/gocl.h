@@ -233,6 +233,13 @@ goclResult_t goclSend(const void* sendbuff, size_t count, goclDataType_t datatyp
                       goclComm_t comm, goclStream_t stream);
 goclResult_t goclRecv(void* recvbuff, size_t count, goclDataType_t datatype, int peer,
                       goclComm_t comm, goclStream_t stream);
+/* gocl extension (MPI_ANY_SOURCE): receive count elements from whichever rank's
+ * send arrives first and store that rank in *peer. It takes that pair's next
+ * message, so each pair's order is kept. Blocking: stream must be NULL, and
+ * it may not be called inside a group. Fails with goclTimeout ("timed out")
+ * when no rank sends within the operation timeout. */
+goclResult_t goclRecvAny(void* recvbuff, size_t count, goclDataType_t datatype, int* peer,
+                         goclComm_t comm, goclStream_t stream);
 
 /* ------------------------------------------------------------------ groups
  * Calls between goclGroupStart and goclGroupEnd (per thread, nestable) are

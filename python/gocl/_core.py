@@ -126,6 +126,12 @@ class Comm:
     def recv(self, buf: int, count: int, dtype: int, peer: int, stream: int | None = None):
         self._call(_lib.lib().goclRecv(buf, count, dtype, peer, self.handle, stream))
 
+    def recv_any(self, buf: int, count: int, dtype: int) -> int:
+        """Blocking receive from whichever rank sends first; returns its rank."""
+        peer = ctypes.c_int(-1)
+        self._call(_lib.lib().goclRecvAny(buf, count, dtype, ctypes.byref(peer), self.handle, None))
+        return peer.value
+
     def premul_sum(self, scalar: bytes, dtype: int) -> int:
         """A custom op scaling inputs by scalar (one element of dtype, raw bytes)."""
         op = ctypes.c_int()

@@ -92,6 +92,7 @@ _SIGNATURES = {
     "goclScatter": [c_void_p, c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
     "goclSend": [c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
     "goclRecv": [c_void_p, c_size_t, c_int, c_int, c_void_p, c_void_p],
+    "goclRecvAny": [c_void_p, c_size_t, c_int, ctypes.POINTER(c_int), c_void_p, c_void_p],
     "goclGroupStart": [],
     "goclGroupEnd": [],
     "goclStreamCreate": [ctypes.POINTER(c_void_p)],

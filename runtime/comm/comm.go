@@ -44,6 +44,7 @@ type Comm struct {
 	seq     uint64     // collective calls so far
 	sendSeq []uint64   // point-to-point sends to each peer so far
 	recvSeq []uint64
+	anyNext int // where RecvAny starts looking (the peer after its last match)
 	scratch []byte
 
 	stateMu  sync.Mutex

@@ -34,8 +34,13 @@ What to know:
 * Synchronous calls on host tensors run inline when nothing is queued;
   ``async_op=True`` calls run in order on the group's worker thread.
 * Tags of send/recv are ignored: a pair's messages match in order (as in
-  NCCL). ``recv`` from any source and ``monitored_barrier`` are not
-  supported. Queued isend/irecv run together, in one gocl group, when one
+  NCCL). ``recv``/``irecv`` without ``src`` take the first message any
+  rank sends (goclRecvAny; each pair's order is kept) and report the
+  sender (``dist.recv`` returns it, ``work._source_rank()``); such a
+  receive runs after the group's queued work and alone, so the message
+  must have the receiving tensor's size. ``monitored_barrier`` checks
+  ranks in through the group's store and names every rank that did not
+  arrive (``wait_all_ranks``). Queued isend/irecv run together, in one gocl group, when one
   of them is waited on (or the group's next call is made): which ones is
   decided by program order, never by a timer (see ``_work``). An isend
   nobody waits for goes out with the group's next call: a rank that then
@@ -48,10 +53,13 @@ What to know:
   TypeError naming dtype, op and rank before anything is sent.
 * CUDA tensors are staged through host memory (correct, not fast).
 * Works of calls that ran inline are torch's own future-backed Works. Works
-  of queued calls are Python Works (their wait() raises the call's error);
-  on the Backend route torch's C++ holder forwards only ``wait()`` and
-  ``get_future()`` of those: poll ``work.get_future().done()``, not
-  ``work.is_completed()``.
+  of queued calls are Python Works (their wait() raises the call's error).
+  On the Backend route torch's C++ holder forwards only ``wait()`` and
+  ``get_future()`` of a Python Work, so send/recv/recv_anysource of gocl
+  groups are routed past it (their Works report ``is_completed()`` and
+  ``_source_rank()``); for async collectives poll
+  ``work.get_future().done()``. There DDP also logs the backend as
+  "custom" (torch names every Python Backend so).
 * Environment: GOCL_TORCH_IMPL, GOCL_TORCH_FORCE_STAGING=1 (stage every
   tensor, a debugging aid), and gocl's own GOCL_* variables
   (GOCL_DEBUG=INFO prints a line per group).

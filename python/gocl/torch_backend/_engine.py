@@ -22,12 +22,14 @@ What gocl lacks is built here from what it has:
 
 from __future__ import annotations
 
+import datetime
 import functools
 import logging
 import os
 import socket
 import sys
 import threading
+import time
 
 import torch
 from torch._C._distributed_c10d import (
@@ -90,7 +92,26 @@ def connect(store, rank: int, size: int, timeout, global_ranks: list[int], group
         uid = store.get(key)
     if len(uid) != 128:
         raise RuntimeError(f"gocl: store key {key!r} holds {len(uid)} bytes, not a 128-byte gocl unique id")
-    return _core.Comm.init_rank(bytes(uid), size, rank)
+    return _core.Comm.init_rank(bytes(uid), size, rank, timeout=op_timeout(timeout))
+
+
+def op_timeout(timeout) -> float | None:
+    """The communicator's operation timeout in seconds from the group's: a
+    timeout the program gave (init_process_group / new_group(timeout=...))
+    bounds every gocl wait; torch's default (what every group gets when none
+    is given) yields to GOCL_TIMEOUT / NCCL_TIMEOUT when one is set, so an
+    exported GOCL_TIMEOUT keeps working for unchanged scripts."""
+    if timeout is None:
+        return None
+    seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
+    try:
+        from torch.distributed.constants import default_pg_timeout
+        is_default = abs(seconds - default_pg_timeout.total_seconds()) < 1e-6
+    except ImportError:  # pragma: no cover - every supported torch has it
+        is_default = False
+    if is_default and (os.environ.get("GOCL_TIMEOUT") or os.environ.get("NCCL_TIMEOUT")):
+        return None
+    return max(seconds, 0.0)
 
 
 def _short(ranks: list[int]) -> str:
@@ -137,6 +158,8 @@ class Engine:
         self.executor = Executor(f"{group_id}:{rank}")
         self._shut = False
         self.seq = 0  # operations issued (torch's "sequence number for group")
+        self.store = None  # the group's store (monitored_barrier); set by create()
+        self._monitored = 0  # monitored_barrier calls so far
         self._c_all_reduce = _lib.lib().goclAllReduce  # the latency path calls it directly
 
     @classmethod
@@ -148,7 +171,9 @@ class Engine:
         if debug_enabled():  # next to the library's own GOCL_DEBUG=INFO lines, in their format
             sys.stderr.write(f"{socket.gethostname()}:{os.getpid()}:{threading.get_native_id()} "
                              f"[{global_ranks[rank]}] GOCL INFO {line}\n")
-        return cls(comm, rank, size, global_ranks, group_id)
+        engine = cls(comm, rank, size, global_ranks, group_id)
+        engine.store = store
+        return engine
 
     # ------------------------------------------------------------ helpers
     def _where(self) -> str:
@@ -263,6 +288,8 @@ class Engine:
     def allreduce(self, tensors, opts=None) -> GoclWork:
         opts = opts if opts is not None else AllreduceOptions()
         t = self._one(tensors, "allreduce")
+        if t.layout == torch.sparse_coo:
+            return self.allreduce_sparse(tensors, opts)
         red = self._reduction(t.dtype, opts.reduceOp)
         is_async = _async(opts)
         # fast path: a synchronous call on a host tensor with nothing queued
@@ -280,6 +307,38 @@ class Engine:
             return self._done([t])
         issue, finish = self._allreduce_steps(t, red)
         return self._submit(Task("allreduce", issue, finish, [t], [t]), opts, is_async)
+
+    def allreduce_sparse(self, tensors, opts=None) -> GoclWork:
+        """SUM of sparse COO tensors, as gloo does it: every rank's indices
+        and values are gathered, concatenated and coalesced (the result is
+        written into the tensor, whose nnz may change)."""
+        opts = opts if opts is not None else AllreduceOptions()
+        t = self._one(tensors, "allreduce")
+        if t.layout != torch.sparse_coo:
+            raise self._err(f"sparse allreduce: the tensor's layout is {t.layout}, not torch.sparse_coo")
+        if _types.op_type(opts.reduceOp) != _types.R.SUM:
+            raise _types.UnsupportedError(f"gocl: sparse allreduce supports only SUM, not "
+                                          f"{_types.op_name(opts.reduceOp).upper()} (rank {self.rank})")
+
+        def gather(x):  # every rank's x (sizes differ in dim 0 after moving it first)
+            x = x.contiguous()
+            n = torch.tensor([x.shape[0]], dtype=torch.int64)
+            counts = torch.empty(self.size, dtype=torch.int64)
+            self.comm.all_gather(n.data_ptr(), counts.data_ptr(), 1, _core.INT64)
+            outs = [torch.empty((int(c), *x.shape[1:]), dtype=x.dtype) for c in counts]
+            issue, finish = self._allgather_list_steps(outs, x)
+            issue()
+            finish()
+            return torch.cat(outs, 0)
+
+        def issue():
+            s = t.detach().cpu().coalesce()
+            idx = gather(s.indices().t())
+            val = gather(s.values())
+            total = torch.sparse_coo_tensor(idx.t(), val, s.shape).coalesce()
+            with torch.no_grad():
+                t.copy_(total.to(t.device))
+        return self._submit(Task("allreduce_sparse", issue, None, [t]), opts)
 
     def allreduce_coalesced(self, tensors, opts=None) -> GoclWork:
         opts = opts if opts is not None else AllreduceCoalescedOptions()
@@ -444,17 +503,22 @@ class Engine:
         return issue, finish
 
     def allgather_coalesced(self, output_lists, input_tensors, opts=None) -> GoclWork:
+        """torch's layout (as gloo's): output_lists[r] is rank r's list,
+        holding one tensor per input tensor."""
         opts = opts if opts is not None else AllgatherOptions()
-        if len(output_lists) != len(input_tensors):
-            raise self._err("allgather_coalesced: one output list per input tensor is needed")
-        steps = []
-        for outs, inp in zip(output_lists, input_tensors):
-            if len(outs) != self.size:
-                raise self._err(f"allgather_coalesced: an output list has {len(outs)} tensors for "
-                                f"{self.size} ranks")
-            steps.append(self._allgather_list_steps(list(outs), inp))
-        every = [x for outs in output_lists for x in outs] + list(input_tensors)
-        return self._submit(self._combined("allgather_coalesced", steps, list(output_lists), every), opts)
+        output_lists = [list(outs) for outs in output_lists]
+        inputs = list(input_tensors)
+        if len(output_lists) != self.size:
+            raise self._err(f"allgather_coalesced: output_tensor_lists has {len(output_lists)} lists; it needs "
+                            f"one per rank ({self.size}), each holding one tensor per input tensor")
+        for r, outs in enumerate(output_lists):
+            if len(outs) != len(inputs):
+                raise self._err(f"allgather_coalesced: output_tensor_lists[{r}] has {len(outs)} tensors for "
+                                f"{len(inputs)} input tensors")
+        steps = [self._allgather_list_steps([output_lists[r][j] for r in range(self.size)], inp)
+                 for j, inp in enumerate(inputs)]
+        every = [x for outs in output_lists for x in outs] + inputs
+        return self._submit(self._combined("allgather_coalesced", steps, output_lists, every), opts)
 
     def _allgather_base_steps(self, out, inp):
         if out.dtype != inp.dtype or out.numel() != self.size * inp.numel():
@@ -779,9 +843,24 @@ class Engine:
         self.seq += 1
         return self.executor.submit(Task("recv", issue, finish, [t], [t], p2p=True), async_op=True)
 
-    def recv_anysource(self, tensors, tag: int = 0):
-        raise NotImplementedError(f"gocl: recv from any source is not supported ({self._where()}): "
-                                  "gocl matches messages per peer; pass src")
+    def recv_anysource(self, tensors, tag: int = 0) -> GoclWork:
+        """Receive from whichever rank sends first (gloo's recvAnysource):
+        the Work's _source_rank() is that rank. It runs alone, after the
+        group's queued work (its peer is known only once it has run)."""
+        t = self._one(tensors, "recv")
+        st = {}
+
+        def issue():
+            h = st["h"] = Host(t, read=False)
+            src = self.comm.recv_any(h.bytes().data_ptr(), h.nbytes, U8)
+            work.source = src
+
+        def finish():
+            st["h"].write_back()
+        self.seq += 1
+        self.executor.flush()  # earlier isend/irecv go first, in program order
+        work = self.executor.submit(Task("recvAnySource", issue, finish, [t], [t]), async_op=True)
+        return work
 
     # ------------------------------------------------------------ barrier
     def barrier(self, opts=None) -> GoclWork:
@@ -792,9 +871,54 @@ class Engine:
             self.comm.all_reduce(flag.data_ptr(), flag.data_ptr(), 1, U8, _core.MAX)
         return self._submit(Task("barrier", issue, None, [flag]), opts)
 
-    def monitored_barrier(self, *args, **kwargs):
-        raise NotImplementedError("gocl: monitored_barrier is a Gloo feature; use barrier() (a dead or "
-                                  "stuck rank fails it on every rank after GOCL_TIMEOUT)")
+    def monitored_barrier(self, opts=None, wait_all_ranks: bool = False) -> GoclWork:
+        """gloo's monitored barrier, through the group's store: every rank
+        checks in; rank 0 waits up to the timeout for each and names the
+        ranks that did not arrive (all of them with wait_all_ranks), and
+        every rank gets that error. opts: BarrierOptions (C++ callers) or a
+        timedelta (torch's ProcessGroup route)."""
+        timeout = getattr(opts, "timeout", opts)
+        if not isinstance(timeout, datetime.timedelta) or timeout.total_seconds() <= 0:
+            timeout = datetime.timedelta(seconds=float(_core_timeout()))
+        self.executor.drain()  # a barrier orders everything before it
+        self._monitored += 1
+        prefix = f"gocl/monitored_barrier/{self._monitored}"
+        done = f"{prefix}/done"
+        seconds = timeout.total_seconds()
+        if self.rank != 0:
+            self.store.set(f"{prefix}/arrived/{self.rank}", "1")
+            try:
+                self.store.wait([done], timeout)
+            except Exception as exc:  # noqa: BLE001
+                raise RuntimeError(f"gocl monitored_barrier: {self._where()} timed out after {seconds:g} s "
+                                   f"waiting for rank 0 to confirm the barrier: {exc}") from exc
+            verdict = self.store.get(done).decode()
+            if verdict != "ok":  # gloo's wording, which callers match
+                raise RuntimeError(f"Rank {self.rank} successfully reached monitoredBarrier, but received errors "
+                                   f"while waiting for send/recv from rank 0: {verdict}")
+            self.barrier().wait()  # rank 0 (maybe the store's server) stays until every rank has read
+            return completed_work([])
+        deadline = time.monotonic() + seconds
+        missing = []
+        for r in range(1, self.size):
+            left = max(deadline - time.monotonic(), 0.001)
+            try:
+                self.store.wait([f"{prefix}/arrived/{r}"], datetime.timedelta(seconds=left))
+            except Exception:  # noqa: BLE001
+                missing.append(r)
+                if not wait_all_ranks:
+                    break
+        if missing:
+            # gloo's wording (group ranks), which callers match; then the global ranks
+            what = "Rank" if len(missing) == 1 else "Ranks"
+            msg = (f"{what} {', '.join(map(str, missing))} failed to pass monitoredBarrier in "
+                   f"{seconds * 1000:.0f} ms (timed out; gocl group {self.group_id!r}, global "
+                   f"rank{'s' if len(missing) > 1 else ''} {', '.join(str(self.global_ranks[r]) for r in missing)})")
+            self.store.set(done, msg)
+            raise RuntimeError(msg)
+        self.store.set(done, "ok")
+        self.barrier().wait()
+        return completed_work([])
 
     # ------------------------------------------------------------ coalescing, lifetime
     def start_coalescing(self) -> None:
@@ -817,6 +941,14 @@ class Engine:
             return
         self._shut = True
         self.comm.abort()
+
+
+def _core_timeout() -> float:
+    """GOCL_TIMEOUT in seconds (gocl's default operation timeout)."""
+    try:
+        return float(os.environ.get("GOCL_TIMEOUT") or os.environ.get("NCCL_TIMEOUT") or 600)
+    except ValueError:
+        return 600.0
 
 
 def debug_enabled() -> bool:

@@ -94,7 +94,7 @@ class _Ops:
         return self._engine.allreduce_coalesced(tensors, opts)
 
     def allreduce_sparse(self, tensors, opts=None):
-        raise NotImplementedError("gocl: sparse all_reduce is not supported; use a dense tensor")
+        return self._engine.allreduce_sparse(tensors, opts)
 
     # broadcast, reduce
     def broadcast(self, tensors, opts=None):
@@ -215,6 +215,7 @@ class GoclBackend(_Ops, _BackendBase):
         _BackendBase.__init__(self, engine.rank, engine.size)
         self._engine = engine
         _LIVE.add(self)
+        _route_p2p_to_python()
 
     def shutdown(self):
         try:
@@ -231,6 +232,45 @@ class GoclBackend(_Ops, _BackendBase):
     def __repr__(self):
         e = self._engine
         return f"GoclBackend(group={e.group_id!r}, rank={e.rank}, size={e.size})"
+
+
+_P2P = ("send", "recv", "recv_anysource")
+_routed = False
+
+
+def _route_p2p_to_python() -> None:
+    """Make torch's ProcessGroup hand send/recv/recv_anysource of gocl groups
+    straight to GoclBackend, so Python gets gocl's own Work.
+
+    On the Backend route torch wraps every Work a Python backend returns in a
+    C++ holder that forwards only wait() and get_future(): is_completed()
+    stays False after wait() and _source_rank() raises, which breaks
+    isend/irecv users and ``dist.recv(t)`` without src. torch.distributed
+    calls these three methods on the group from Python, so routing them here
+    returns the GoclWork itself. Other backends' groups are untouched."""
+    global _routed
+    if _routed:
+        return
+    _routed = True
+    pg_cls = dist.ProcessGroup
+    for name in _P2P:
+        original = getattr(pg_cls, name, None)
+        if original is None:
+            continue
+
+        def routed(self, tensors, *args, _name=name, _original=original, **kwargs):
+            if type(self) is pg_cls and tensors:
+                try:
+                    backend = self._get_backend(tensors[0].device)
+                except Exception:  # noqa: BLE001  (no backend for that device: torch's own error below)
+                    backend = None
+                if isinstance(backend, GoclBackend):
+                    return getattr(backend, _name)(tensors, *args, **kwargs)
+            return _original(self, tensors, *args, **kwargs)
+
+        routed.__name__ = name
+        routed.__doc__ = original.__doc__
+        setattr(pg_cls, name, routed)
 
 
 class ProcessGroupGocl(_Ops, dist.ProcessGroup):

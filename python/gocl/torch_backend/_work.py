@@ -110,6 +110,8 @@ class GoclWork(dist.Work):
     output tensors.
     """
 
+    source = -1  # recv from any source: the sender, set when the receive has run
+
     def __init__(self, future: Future, result, executor: Executor | None = None):
         super().__init__()
         self._future = future
@@ -162,6 +164,15 @@ class GoclWork(dist.Work):
     def result(self):
         self.wait()
         return self._result
+
+    def source_rank(self) -> int:
+        """The sender of a completed recv from any source (c10d's sourceRank)."""
+        if self.source < 0:
+            raise RuntimeError("gocl: source_rank() is only known for a completed recv from any source; "
+                               "wait() on it first")
+        return self.source
+
+    _source_rank = source_rank
 
     def synchronize(self):
         self.wait()

@@ -6,6 +6,7 @@ package inproc
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"gocl/runtime/transport"
@@ -21,9 +22,10 @@ type message struct {
 // the receiver's ack, which says the receiver is done with the sender's bytes.
 // One message is in flight per direction, so msg is reused.
 type direction struct {
-	post chan *message
-	ack  chan struct{} // capacity 1
-	msg  message
+	post    chan *message
+	ack     chan struct{} // capacity 1
+	msg     message
+	posting atomic.Bool // a Send is offering msg (Pending reads it)
 }
 
 // pair is the shared state of two ends.
@@ -131,6 +133,7 @@ func (e *end) Send(h *wire.Header, data []byte) error {
 	h.Len = uint64(len(data))
 	d := &e.p.dirs[e.me]
 	d.msg = message{h: *h, data: data}
+	d.posting.Store(true) // the receiver clears it when it takes msg
 	mine, theirs := e.p.closed[e.me], e.p.closed[1-e.me]
 	select { // fast path: the receiver is already waiting
 	case d.post <- &d.msg:
@@ -140,10 +143,13 @@ func (e *end) Send(h *wire.Header, data []byte) error {
 		select {
 		case d.post <- &d.msg:
 		case <-mine:
+			d.posting.Store(false)
 			return e.closedErr()
 		case <-theirs:
+			d.posting.Store(false)
 			return e.closedErr()
 		case <-tc:
+			d.posting.Store(false)
 			return transport.TimedOut(e.self, e.peer, "sending "+h.Describe())
 		}
 	}
@@ -174,6 +180,7 @@ func (e *end) receive(want *wire.Header, use func(m *message)) error {
 			return transport.TimedOut(e.self, e.peer, "waiting for "+want.Describe())
 		}
 	}
+	d.posting.Store(false) // before the ack: the sender's next Send sets it again
 	err := transport.CheckFrame(want, &m.h, e.self, e.peer)
 	if err == nil {
 		use(m)
@@ -190,6 +197,36 @@ func (e *end) RecvInto(want *wire.Header, dst []byte) error {
 func (e *end) RecvWith(want *wire.Header, use func(payload []byte)) error {
 	return e.receive(want, func(m *message) { use(m.data) })
 }
+
+// Pending reports a Send of the peer waiting for this end (or a closed pair,
+// which Recv reports at once): the transport.Prober of receives from any source.
+func (e *end) Pending() bool {
+	if e.p.dirs[1-e.me].posting.Load() {
+		return true
+	}
+	select {
+	case <-e.p.closed[e.me]:
+		return true
+	case <-e.p.closed[1-e.me]:
+		return true
+	default:
+		return false
+	}
+}
+
+// Peek shows the header of the peer's waiting Send (transport.Peeker).
+func (e *end) Peek() (wire.Header, bool) {
+	d := &e.p.dirs[1-e.me]
+	if d.posting.Load() {
+		return d.msg.h, true
+	}
+	if e.Pending() {
+		return wire.Header{Kind: wire.KindAbort}, true
+	}
+	return wire.Header{}, false
+}
+
+var _ transport.Peeker = (*end)(nil)
 
 func (e *end) Close() error {
 	e.Abort("")

@@ -620,3 +620,33 @@ func (l *link) Pending() bool {
 	v := atomic.LoadUint64(l.recv.word(int(seq%llSlots), wFlags))
 	return uint32(v>>32) == uint32(seq) || l.closed.Load() || l.dead.Load()
 }
+
+// Peek shows the waiting frame's header without consuming it
+// (transport.Peeker): a receive from any source skips a peer whose next
+// frame belongs to a later collective. A closed or dead link reports a
+// KindAbort header, so the receive goes on to report it.
+func (l *link) Peek() (wire.Header, bool) {
+	if !l.enter() {
+		return wire.Header{Kind: wire.KindAbort}, true
+	}
+	defer l.exit()
+	if l.closed.Load() || l.dead.Load() {
+		return wire.Header{Kind: wire.KindAbort}, true
+	}
+	seq := l.rseq + 1
+	var hb [wire.HeaderSize]byte
+	for i := 0; i < wire.HeaderSize/4; i++ {
+		v := atomic.LoadUint64(l.recv.word(int(seq%llSlots), wHdr+i))
+		if uint32(v>>32) != uint32(seq) {
+			return wire.Header{}, false
+		}
+		binary.LittleEndian.PutUint32(hb[4*i:], uint32(v))
+	}
+	h, err := wire.Decode(hb[:])
+	if err != nil {
+		return wire.Header{Kind: wire.KindAbort}, true
+	}
+	return h, true
+}
+
+var _ transport.Peeker = (*link)(nil)

@@ -178,6 +178,57 @@ func (l *link) RecvWith(want *wire.Header, use func([]byte)) error {
 	return nil
 }
 
+// Pending reports whether the first connection, which carries the header of
+// every frame (striped ones too), has bytes to read, or is closed: Recv would
+// not wait. It peeks without consuming (transport.Prober).
+func (l *link) Pending() bool {
+	select {
+	case <-l.closed:
+		return true
+	default:
+	}
+	var b [1]byte
+	pending := false
+	l.raw[0].Read(func(fd uintptr) bool {
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		// data, EOF (n == 0) or an error all end the wait; EAGAIN/EINTR: nothing yet
+		pending = n > 0 || (err == nil && n == 0) || (err != nil && err != syscall.EAGAIN && err != syscall.EINTR)
+		return true
+	})
+	return pending
+}
+
+// Peek reads the waiting frame's header on the first connection without
+// consuming it (transport.Peeker).
+func (l *link) Peek() (wire.Header, bool) {
+	select {
+	case <-l.closed:
+		return wire.Header{Kind: wire.KindAbort}, true
+	default:
+	}
+	var b [wire.HeaderSize]byte
+	n, failed := 0, false
+	l.raw[0].Read(func(fd uintptr) bool {
+		var err error
+		n, _, err = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		failed = (err == nil && n == 0) || (err != nil && err != syscall.EAGAIN && err != syscall.EINTR)
+		return true
+	})
+	if failed {
+		return wire.Header{Kind: wire.KindAbort}, true
+	}
+	if n < wire.HeaderSize {
+		return wire.Header{}, false
+	}
+	h, err := wire.Decode(b[:])
+	if err != nil { // garbage: let the receive report it
+		return wire.Header{Kind: wire.KindAbort}, true
+	}
+	return h, true
+}
+
+var _ transport.Peeker = (*link)(nil)
+
 // readFull fills buf from connection i. It polls the socket for a moment
 // (transport.Spin) before parking on the netpoller, whose deadline still
 // applies, so a frame that arrives soon costs no goroutine wake-up.

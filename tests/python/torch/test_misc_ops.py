@@ -89,11 +89,14 @@ def _coalesced(rank, world, f):
     ints = [torch.full((3,), rank + 1, dtype=torch.int32), torch.full((2,), rank + 5, dtype=torch.int32)]
     dist.all_reduce_coalesced(ints, op=R.BOR)  # bitwise: per-tensor path
     f.check(bool((ints[0] == functools.reduce(int.__or__, range(1, world + 1))).all()), "all_reduce_coalesced BOR")
-    # all_gather_coalesced (lists of lists, deprecated but still there)
-    ins = [torch.full((2,), float(rank)), torch.full((3,), float(rank))]
-    outs = [[torch.empty(2) for _ in range(world)], [torch.empty(3) for _ in range(world)]]
+    # all_gather_coalesced (deprecated but still there): outs[r] is rank r's
+    # list, one tensor per input; 4 inputs, so the transposed reading has
+    # another length on every world size tested
+    sizes = (2, 3, 1, 5)
+    ins = [torch.full((n,), float(rank * 10 + j)) for j, n in enumerate(sizes)]
+    outs = [[torch.empty(n) for n in sizes] for _ in range(world)]
     dist.all_gather_coalesced(outs, ins)
-    f.check(all(bool((outs[0][r] == r).all()) and bool((outs[1][r] == r).all()) for r in range(world)),
+    f.check(all(bool((outs[r][j] == r * 10 + j).all()) for r in range(world) for j in range(len(sizes))),
             f"all_gather_coalesced {outs}")
     # the coalescing manager: all_reduce fast path, all_gather_into_tensor, reduce_scatter_tensor
     ts = [torch.full((5,), float(rank)) for _ in range(3)]
@@ -194,7 +197,19 @@ def _errors(rank, world, f):
     expect_error(lambda: dist.all_reduce(torch.ones(3), op=R.BAND), "torch.float32", "BAND", what="float BAND")
     expect_error(lambda: dist.reduce_scatter_tensor(torch.empty(3), torch.ones(3 * world + 1)),
                  "reduce_scatter_tensor", what="reduce_scatter_tensor sizes")
-    expect_error(lambda: dist.all_reduce(torch.ones(3).to_sparse()), "sparse", what="sparse all_reduce")
+    # sparse: SUM only (gathered indices and values, coalesced, as gloo)
+    sp = torch.zeros(5, 2)
+    sp[rank % 5] = rank + 1
+    sp[4, 1] = 10
+    sparse = sp.to_sparse()
+    dist.all_reduce(sparse)
+    want = torch.zeros(5, 2)
+    for q in range(world):
+        want[q % 5] += q + 1
+    want[4, 1] += 10 * world
+    f.check(torch.equal(sparse.to_dense(), want), f"sparse all_reduce {sparse.to_dense()}")
+    expect_error(lambda: dist.all_reduce(torch.ones(3).to_sparse(), op=R.MAX), "sparse allreduce supports only SUM",
+                 what="sparse all_reduce MAX")
     # the group still works after refused calls
     x = torch.ones(4)
     dist.all_reduce(x)
