@@ -127,12 +127,16 @@ int main(void) {
   const char* log = init_two_and_log("first.log");
   CHECK(strstr(log, "GOCL INFO") && strstr(log, "via inproc"), "GOCL_DEBUG=INFO set by setenv: log was:\n%s", log);
 
-  /* An NCCL_ fallback set between two inits reaches the second. */
+  /* NCCL_ fallbacks set between two inits reach the next one. */
   setenv("NCCL_P2P_DISABLE", "1", 1);
-  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
   log = init_two_and_log("second.log");
-  CHECK(strstr(log, "via socket") && !strstr(log, "via inproc"), "NCCL_P2P_DISABLE=1 set by setenv: log was:\n%s", log);
+  CHECK(strstr(log, "via shm") && !strstr(log, "via inproc"), "NCCL_P2P_DISABLE=1 set by setenv: log was:\n%s", log);
+  setenv("NCCL_SHM_DISABLE", "1", 1);
+  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  log = init_two_and_log("second-b.log");
+  CHECK(strstr(log, "via socket") && !strstr(log, "via shm"), "NCCL_SHM_DISABLE=1 set by setenv: log was:\n%s", log);
   unsetenv("NCCL_P2P_DISABLE");
+  unsetenv("NCCL_SHM_DISABLE");
 
   /* Turned off again: nothing is written. */
   setenv("GOCL_DEBUG", "", 1);

@@ -53,7 +53,8 @@ def test_set_before_the_first_call():
         import os
         os.environ["GOCL_DEBUG"] = "INFO"
         os.environ["GOCL_DEBUG_SUBSYS"] = "INIT"
-        os.environ["NCCL_P2P_DISABLE"] = "1"      # an NCCL_ fallback
+        os.environ["NCCL_P2P_DISABLE"] = "1"      # NCCL_ fallbacks
+        os.environ["NCCL_SHM_DISABLE"] = "1"
         os.environ["NCCL_SOCKET_IFNAME"] = "lo"
         import numpy as np, gocl
     """, TWO_LOCAL, """
@@ -75,13 +76,17 @@ def test_changed_between_two_inits():
         two_local()                                # logs, in-process ranks
         print("---", file=sys.stderr, flush=True)
         os.environ["NCCL_P2P_DISABLE"] = "1"
+        two_local()                                # over shared memory now
+        print("---", file=sys.stderr, flush=True)
+        os.environ["NCCL_SHM_DISABLE"] = "1"
         os.environ["NCCL_SOCKET_IFNAME"] = "lo"
         two_local()                                # over sockets now
     """))
-    first, second, third = p.stderr.split("---\n")
+    first, second, third, fourth = p.stderr.split("---\n")
     assert "GOCL INFO" not in first, first
-    assert "via inproc" in second and "via socket" not in second, second
-    assert "via socket" in third and "via inproc" not in third, third
+    assert "via inproc" in second and "via s" not in second, second
+    assert "via shm" in third and "via inproc" not in third, third
+    assert "via socket" in fourth and "via shm" not in fourth, fourth
 
 
 def test_bad_value_set_in_code_names_the_variable():
