@@ -25,15 +25,7 @@ func (c *Comm) execute(ops []*Op) (err error) {
 			c.fail(err)
 		}
 	}()
-	var deadline time.Time
-	if c.timeout > 0 {
-		deadline = time.Now().Add(c.timeout)
-	}
-	for _, l := range c.links {
-		if l != nil {
-			l.SetDeadline(deadline)
-		}
-	}
+	c.armDeadline()
 	var p2p []*Op
 	for _, op := range ops {
 		if op.Coll == wire.SendRecv {
@@ -200,4 +192,19 @@ func (c *Comm) p2p(op *Op) error {
 		return status.Errorf(status.CodeOf(err), "%s #%d to/from rank %d failed on rank %d: %w", op.name(), h.Seq, peer, c.rank, err)
 	}
 	return nil
+}
+
+// armDeadline bounds every wait of the operation starting now by the
+// communicator's timeout (none when it is 0) and returns the deadline.
+func (c *Comm) armDeadline() time.Time {
+	var deadline time.Time
+	if c.timeout > 0 {
+		deadline = time.Now().Add(c.timeout)
+	}
+	for _, l := range c.links {
+		if l != nil {
+			l.SetDeadline(deadline)
+		}
+	}
+	return deadline
 }

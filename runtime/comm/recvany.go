@@ -51,15 +51,7 @@ func (c *Comm) RecvAny(buf unsafe.Pointer, count int, typ kernels.DataType) (pee
 			c.fail(err)
 		}
 	}()
-	var deadline time.Time
-	if c.timeout > 0 {
-		deadline = time.Now().Add(c.timeout)
-	}
-	for _, l := range c.links {
-		if l != nil {
-			l.SetDeadline(deadline)
-		}
-	}
+	deadline := c.armDeadline()
 	waiting := func(p int) bool {
 		if pk, ok := probers[p].(transport.Peeker); ok {
 			h, ok := pk.Peek()
