@@ -396,7 +396,7 @@ func (l *link) Send(h *wire.Header, data []byte) error {
 		if err != nil {
 			return err
 		}
-		copy(buf, data[off:off+n])
+		transport.CopyHot(buf, data[off:off+n])
 		off += n
 		p.hdr = *h
 		if off < len(data) {
@@ -599,7 +599,7 @@ func (l *link) RecvWith(want *wire.Header, use func(payload []byte)) error {
 				return err
 			}
 		} else {
-			copy(buf[off:], l.ring(p))
+			transport.CopyHot(buf[off:], l.ring(p)) // read back by use
 		}
 		off += p.n
 		if p.flags&modeMore == 0 {
