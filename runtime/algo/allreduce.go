@@ -62,40 +62,67 @@ func AllReduceRing(c *Ctx, send, recv []byte, count int) error {
 // AllReduceDirect (one-shot) sends the whole buffer to every peer and
 // reduces locally: one step of latency instead of 2(n-1), for small buffers.
 // Inputs are reduced in rank order on every rank, so all ranks get identical
-// bits.
+// bits; each peer's input is reduced where it arrived (a shared-memory FIFO
+// slot), and two leading inputs are reduced in one pass, so at 2 ranks a
+// call is one copy and one reduction per rank.
 func AllReduceDirect(c *Ctx, send, recv []byte, count int) error {
 	if c.N == 1 {
 		c.local(send, recv)
 		return nil
 	}
 	size := count * c.Elem
-	n, r := c.N, c.Rank
-	slots := c.Scratch(n * size)
-	slot := func(p int) []byte {
-		if p == r && !same(send, recv) {
-			return send
-		}
-		return slots[p*size : (p+1)*size]
+	if size == 0 {
+		return nil
 	}
+	n, r := c.N, c.Rank
 	src := send
-	if same(send, recv) { // recv is overwritten while sends may be in flight
-		src = slot(r)
+	if same(send, recv) { // recv is overwritten before this rank's input is used, and while sends may be in flight
+		src = c.Scratch(size)
 		copy(src, send)
 	}
+	fuse := !c.Red.NeedsPrepare() // the first input needs no pre(): reduce it with the second in one pass
+	var held []byte               // this rank's input, first in rank order, waiting for the second
+	started := false
+	add := func(x []byte) { // x is the next input in rank order
+		switch {
+		case held != nil:
+			c.Red.Accumulate(recv, held, x)
+			held = nil
+		case !started:
+			c.Red.Prepare(recv, x)
+		default:
+			c.Red.Accumulate(recv, recv, x)
+		}
+		started = true
+	}
 	return c.run(func(p *prims) error {
-		// Pairwise shift: the k-th send goes to r+k, the k-th receive comes
-		// from r-k, so every rendezvous-style link finds its partner waiting.
+		// Pairwise shift: the k-th send goes to r+k, so every rendezvous-style
+		// link finds its partner waiting.
 		for k := 1; k < n; k++ {
 			if err := p.send(c.peer(k), 0, src); err != nil {
 				return err
 			}
 		}
-		for k := 1; k < n; k++ {
-			if err := p.recv(c.peer(-k), 0, slot(c.peer(-k))); err != nil {
-				return err
+		h := c.hdr(0)
+		h.Len = uint64(size)
+		for q := 0; q < n; q++ {
+			switch {
+			case q == r && q == 0 && fuse:
+				held = src
+			case q == r:
+				add(src)
+			case q == 0 && r == 1 && fuse: // rank 0's input, then ours, in one pass
+				if err := c.Links[0].RecvWith(h, func(pl []byte) { c.Red.Accumulate(recv, pl, src) }); err != nil {
+					return err
+				}
+				started = true
+				q++
+			default:
+				if err := c.Links[q].RecvWith(h, add); err != nil {
+					return err
+				}
 			}
 		}
-		reduceInOrder(c, recv, slot)
 		c.Red.Finalize(recv)
 		return nil
 	})
