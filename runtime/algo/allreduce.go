@@ -5,12 +5,21 @@ package algo
 // cut into n segments and each segment into chunks; chunk j goes all the way
 // round (2(n-1) steps) before chunk j+1 starts, as in NCCL, and every link
 // carries one chunk per step. Every segment is reduced along the same chain,
-// so all ranks get identical bits.
+// so all ranks get identical bits. A large call is split across channels.
 func AllReduceRing(c *Ctx, send, recv []byte, count int) error {
 	if c.N == 1 {
 		c.local(send, recv)
 		return nil
 	}
+	if nch := c.nchannels(count * c.Elem); nch > 1 {
+		return c.split(nch, count, func(ch *Ctx, lo, hi int) error {
+			return allReduceRing(ch, c.bytes(send, lo, hi), c.bytes(recv, lo, hi), hi-lo)
+		})
+	}
+	return allReduceRing(c, send, recv, count)
+}
+
+func allReduceRing(c *Ctx, send, recv []byte, count int) error {
 	n, r := c.N, c.Rank
 	lo0, hi0 := span(count, n, 0) // the first segment is the largest
 	nsub := c.chunks(hi0 - lo0)

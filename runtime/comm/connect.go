@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"gocl/kernels"
 	"gocl/runtime/bootstrap"
 	"gocl/runtime/config"
 	"gocl/runtime/debuglog"
@@ -43,7 +44,7 @@ var connectors = []connector{
 	{name: "shm", tcp: true, can: func(a, b *bootstrap.PeerInfo) bool { return a.Shm != "" && a.Shm == b.Shm },
 		connect: func(c *Comm, p int, conns []net.Conn, deadline time.Time) (transport.Link, error) {
 			l, err := shm.Connect(conns[0], c.rank, p, c.peers[p].Pid,
-				shm.Options{Oversubscribed: c.localRanks > runtime.NumCPU()}, deadline)
+				shm.Options{Oversubscribed: c.localRanks > runtime.NumCPU(), Channels: c.maxChannels()}, deadline)
 			if err == nil {
 				for _, x := range conns[1:] { // the first one stays, as the link's control channel
 					x.Close()
@@ -157,10 +158,70 @@ func (c *Comm) connect(ln net.Listener, secret []byte, deadline time.Time) error
 		}
 		return err
 	}
+	if err := c.agreeChannels(); err != nil {
+		for _, l := range c.links {
+			if l != nil {
+				l.Close()
+			}
+		}
+		return err
+	}
 	for p := range c.peers {
 		if p != c.rank {
 			debuglog.Infof(debuglog.Init, c.rank, "channel to rank %d (pid %d, %s) via %s", p, c.peers[p].Pid, c.peers[p].Addr, c.links[p].Name())
 		}
+	}
+	return nil
+}
+
+// maxChannels is GOCL_MAX_NCHANNELS, or by default one channel per core
+// this host has for each of its ranks (at most 4): a channel is run by its
+// own goroutine, which only pays where it gets a core of its own.
+func (c *Comm) maxChannels() int {
+	if n := config.IntOr("MAX_NCHANNELS", 0); n > 0 {
+		return min(n, shm.MaxChannels)
+	}
+	return max(1, min(runtime.NumCPU()/max(c.localRanks, 1), 4))
+}
+
+// channeled is a link made of several FIFOs to its peer (shm).
+type channeled interface {
+	NumChannels() int
+	UseChannels(lo, hi int)
+}
+
+// agreeChannels settles how many channels every call may be split across:
+// the fewest any link of any rank has, so that all ranks split a call alike
+// (a communicator with any link of one FIFO, inproc or socket, uses one),
+// and GOCL_MIN_NCHANNELS, the smallest any rank asks for.
+func (c *Comm) agreeChannels() error {
+	have, lo := c.maxChannels(), max(1, config.IntOr("MIN_NCHANNELS", 1))
+	for _, l := range c.links {
+		if l == nil {
+			continue
+		}
+		if ch, ok := l.(channeled); ok {
+			have = min(have, ch.NumChannels())
+		} else {
+			have = 1
+		}
+	}
+	if c.nranks > 1 {
+		all := make([]byte, 2*c.nranks)
+		if err := c.allGather([]byte{byte(min(have, 255)), byte(min(lo, 255))}, all, 2, kernels.Uint8); err != nil {
+			return err
+		}
+		for r := 0; r < c.nranks; r++ {
+			have, lo = min(have, int(all[2*r])), min(lo, int(all[2*r+1]))
+		}
+	}
+	for _, l := range c.links {
+		if ch, ok := l.(channeled); ok {
+			ch.UseChannels(lo, have)
+		}
+	}
+	if have > 1 {
+		debuglog.Infof(debuglog.Init, c.rank, "large calls split across up to %d channels (at least %d)", have, min(lo, have))
 	}
 	return nil
 }

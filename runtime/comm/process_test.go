@@ -15,6 +15,7 @@ import (
 	"gocl/kernels"
 	"gocl/runtime/bootstrap"
 	"gocl/runtime/status"
+	"gocl/runtime/transport"
 	"gocl/runtime/wire"
 )
 
@@ -52,26 +53,38 @@ func spawn(t *testing.T, n int, mode string, extraEnv ...string) ([]string, []er
 // TestProcessesMatrix runs every collective × dtype × op on 1..8 processes
 // over shared memory, and on a few counts over sockets and over a mix (ranks
 // of equal parity on shm, the other pairs on TCP); each rank checks it got
-// the transports it should.
+// the transports it should. With channels, allreduce runs the ring split
+// across 2 or 3 shared-memory channels (a communicator with any TCP link
+// must agree on one).
 func TestProcessesMatrix(t *testing.T) {
 	sizes := []int{0, 1, 7, 4097}
 	type tc struct {
-		n   int
-		via string
+		n        int
+		via      string
+		channels int // split allreduce across this many channels (checked)
 	}
 	var cases []tc
 	for n := 1; n <= 8; n++ {
-		cases = append(cases, tc{n, "shm"})
+		cases = append(cases, tc{n: n, via: "shm"})
 	}
-	cases = append(cases, tc{3, "socket"}, tc{4, "mixed"}, tc{5, "mixed"})
+	cases = append(cases, tc{n: 3, via: "socket"}, tc{n: 4, via: "mixed"}, tc{n: 5, via: "mixed"},
+		tc{n: 3, via: "shm", channels: 3}, tc{n: 4, via: "mixed", channels: 1})
 	if testing.Short() { // the -race run
-		cases = []tc{{3, "shm"}, {3, "mixed"}}
+		cases = []tc{{n: 3, via: "shm"}, {n: 3, via: "mixed"}, {n: 2, via: "shm", channels: 2}}
 	}
 	for _, k := range cases {
-		t.Run(fmt.Sprintf("%s/n=%d", k.via, k.n), func(t *testing.T) {
+		name := fmt.Sprintf("%s/n=%d", k.via, k.n)
+		if k.channels > 0 {
+			name += fmt.Sprintf("/channels=%d", k.channels)
+		}
+		t.Run(name, func(t *testing.T) {
 			env := []string{"GOCL_BUFFSIZE=4096", "GOCL_TEST_SIZES=" + strings.Trim(fmt.Sprint(sizes), "[]"), "GOCL_TEST_VIA=" + k.via}
 			if k.via == "socket" {
 				env = append(env, "GOCL_SHM_DISABLE=1")
+			}
+			if k.channels > 0 { // every size splits: at least 2 channels, at most 3
+				env = append(env, "GOCL_MIN_NCHANNELS=2", "GOCL_MAX_NCHANNELS=3", "GOCL_ALGO=allreduce:ring",
+					fmt.Sprintf("GOCL_TEST_CHANNELS=%d", k.channels))
 			}
 			outs, errs := spawn(t, k.n, "matrix", env...)
 			for r := range outs {
@@ -227,6 +240,16 @@ func TestChildRank(t *testing.T) {
 		}
 		if l != nil && via != "" && l.Name() != want {
 			t.Fatalf("rank %d: link to rank %d is %s, want %s", rank, p, l.Name(), want)
+		}
+		if want, _ := strconv.Atoi(os.Getenv("GOCL_TEST_CHANNELS")); want > 0 && l != nil {
+			got := 1
+			if ch, ok := l.(interface{ Channels() ([]transport.Link, int) }); ok {
+				links, _ := ch.Channels()
+				got = len(links)
+			}
+			if got != want {
+				t.Fatalf("rank %d: link to rank %d (%s) offers %d channels, want %d", rank, p, l.Name(), got, want)
+			}
 		}
 	}
 	switch mode {

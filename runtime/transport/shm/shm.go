@@ -13,6 +13,11 @@
 // The receiver hands ring bytes straight to reductions (RecvWith), and a
 // producer can write into the ring directly (Lend/Commit).
 //
+// A pair may have several channels (NCCL's word): independent FIFOs, each
+// its own pair of segments, so a large call can be split across them and
+// run by one goroutine per channel. They share the control connection, the
+// deadline and the failure state: closing or aborting one closes them all.
+//
 // Waiters poll, then yield, then sleep on a futex word the other side bumps.
 // Shared memory does not tell a receiver that its peer died, so each link
 // keeps the pair's TCP connection as a control channel: it carries abort
@@ -62,6 +67,9 @@ type Options struct {
 	// Oversubscribed means more local ranks than cores: waiters do not busy
 	// poll (a poller would take the core the peer needs) and yield at once.
 	Oversubscribed bool
+	// Channels is how many FIFO pairs this end offers (at least 1); the
+	// pair gets the smaller of both ends' offers.
+	Channels int
 }
 
 // mapping is what the cleanup of a forgotten link unmaps.
@@ -77,12 +85,27 @@ func (m *mapping) unmap() {
 	}
 }
 
-type link struct {
-	*mapping
+// pair is what the channels of one peer's link share.
+type pair struct {
 	self, peer int
 	ctrl       net.Conn
 	ctrlMu     sync.Mutex
 	opts       Options
+	chans      []*link // chans[0] is the link Connect returns
+	use        int     // channels the communicator agreed to use (UseChannels)
+	useMin     int
+
+	deadline  atomic.Int64 // unix nanoseconds; 0: none
+	closed    atomic.Bool  // this end closed or aborted
+	dead      atomic.Bool  // the peer's control connection ended
+	reason    atomic.Pointer[string]
+	closeOnce sync.Once
+}
+
+// link is one channel: a FIFO each way.
+type link struct {
+	*pair
+	*mapping
 
 	// sender side (one sending goroutine at a time)
 	sseq   uint64 // slots posted
@@ -93,12 +116,6 @@ type link struct {
 	// receiver side
 	rseq    uint64
 	scratch []byte
-
-	deadline  atomic.Int64 // unix nanoseconds; 0: none
-	closed    atomic.Bool  // this end closed or aborted
-	dead      atomic.Bool  // the peer's control connection ended
-	reason    atomic.Pointer[string]
-	closeOnce sync.Once
 }
 
 type piece struct {
@@ -110,17 +127,75 @@ type piece struct {
 
 // Connect sets up the shared-memory link to peer (process peerPid) over the
 // pair's authenticated control connection ctrl, which the link keeps. When
-// either side cannot map the other's segment both get an error wrapping
+// either side cannot map the other's segments both get an error wrapping
 // ErrUnavailable and ctrl is left clean (and open) for another transport.
 func Connect(ctrl net.Conn, self, peer, peerPid int, opts Options, deadline time.Time) (transport.Link, error) {
-	recv, send, err := handshake(ctrl, peerPid, deadline)
+	nch, err := agreeChannels(ctrl, opts.Channels, deadline)
 	if err != nil {
 		return nil, err
 	}
-	l := &link{mapping: &mapping{recv: recv, send: send}, self: self, peer: peer, ctrl: ctrl, opts: opts}
-	runtime.AddCleanup(l, func(m *mapping) { m.unmap() }, l.mapping)
+	pr := &pair{self: self, peer: peer, ctrl: ctrl, opts: opts, use: 1, useMin: 1}
+	maps := make([]*mapping, 0, nch)
+	for range nch {
+		recv, send, err := handshake(ctrl, peerPid, deadline)
+		if err != nil {
+			for _, m := range maps {
+				m.unmap()
+			}
+			return nil, err
+		}
+		m := &mapping{recv: recv, send: send}
+		maps = append(maps, m)
+		pr.chans = append(pr.chans, &link{pair: pr, mapping: m})
+	}
+	l := pr.chans[0]
+	// A link dropped without Close still gives its memory back.
+	runtime.AddCleanup(l, func(ms []*mapping) {
+		for _, m := range ms {
+			m.unmap()
+		}
+	}, maps)
 	go l.watch()
 	return l, nil
+}
+
+// agreeChannels exchanges both ends' channel offers (one byte each way).
+func agreeChannels(ctrl net.Conn, offer int, deadline time.Time) (int, error) {
+	ctrl.SetDeadline(deadline)
+	defer ctrl.SetDeadline(time.Time{})
+	b := [1]byte{byte(max(1, min(offer, MaxChannels)))}
+	if _, err := ctrl.Write(b[:]); err != nil {
+		return 0, err
+	}
+	var peer [1]byte
+	if _, err := io.ReadFull(ctrl, peer[:]); err != nil {
+		return 0, err
+	}
+	return int(max(1, min(b[0], peer[0]))), nil
+}
+
+// MaxChannels bounds the channels of a pair (each costs two segments).
+const MaxChannels = 16
+
+// NumChannels is how many channels the pair has.
+func (l *link) NumChannels() int { return len(l.chans) }
+
+// UseChannels sets how many channels Channels offers: at most hi (and at
+// most NumChannels), and lo, the fewest a split call should use. The
+// communicator calls it once at init with values every rank agreed on.
+func (l *link) UseChannels(lo, hi int) {
+	l.use = max(1, min(hi, len(l.chans)))
+	l.useMin = max(1, min(lo, l.use))
+}
+
+// Channels returns the channels a call may be split across (the first is
+// the link itself) and the fewest a split should use.
+func (l *link) Channels() ([]transport.Link, int) {
+	out := make([]transport.Link, l.use)
+	for i := range out {
+		out[i] = l.chans[i]
+	}
+	return out, l.useMin
 }
 
 func (l *link) Name() string        { return "shm" }
@@ -172,7 +247,13 @@ func (l *link) watch() {
 		break
 	}
 	l.dead.Store(true)
-	l.wakeSelf()
+	l.wakeAll()
+}
+
+func (l *link) wakeAll() {
+	for _, c := range l.chans {
+		c.wakeSelf()
+	}
 }
 
 // wakeSelf wakes this end's sleeping waiters (they then see closed or dead).
@@ -190,9 +271,11 @@ func (l *link) wakeSelf() {
 func (l *link) Close() error {
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)
-		l.wakeSelf()
+		l.wakeAll()
 		l.ctrl.Close()
-		l.unmap()
+		for _, c := range l.chans {
+			c.unmap() // now, or at the last exit of a waiter still inside
+		}
 	})
 	return nil
 }

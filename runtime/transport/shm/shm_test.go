@@ -32,7 +32,10 @@ func tcpPair(t testing.TB) (net.Conn, net.Conn) {
 
 func pair(t *testing.T) (transport.Link, transport.Link) { return connect(t) }
 
-func connect(t testing.TB) (transport.Link, transport.Link) {
+func connect(t testing.TB) (transport.Link, transport.Link) { return connectChannels(t, 1, 1) }
+
+// connectChannels connects a pair whose ends offer chA and chB channels.
+func connectChannels(t testing.TB, chA, chB int) (transport.Link, transport.Link) {
 	ca, cb := tcpPair(t)
 	dl := time.Now().Add(10 * time.Second)
 	type res struct {
@@ -41,10 +44,10 @@ func connect(t testing.TB) (transport.Link, transport.Link) {
 	}
 	ch := make(chan res, 1)
 	go func() {
-		l, err := shm.Connect(cb, 1, 0, os.Getpid(), shm.Options{}, dl)
+		l, err := shm.Connect(cb, 1, 0, os.Getpid(), shm.Options{Channels: chB}, dl)
 		ch <- res{l, err}
 	}()
-	a, err := shm.Connect(ca, 0, 1, os.Getpid(), shm.Options{}, dl)
+	a, err := shm.Connect(ca, 0, 1, os.Getpid(), shm.Options{Channels: chA}, dl)
 	r := <-ch
 	if err != nil || r.err != nil {
 		t.Fatalf("connect: %v / %v", err, r.err)
@@ -53,6 +56,96 @@ func connect(t testing.TB) (transport.Link, transport.Link) {
 }
 
 func TestConformance(t *testing.T) { transporttest.Run(t, pair) }
+
+type channeled interface {
+	NumChannels() int
+	UseChannels(lo, hi int)
+	Channels() ([]transport.Link, int)
+}
+
+// channel returns channel i of both ends of a pair that has 3.
+func channel(t *testing.T, i int) (transport.Link, transport.Link) {
+	a, b := connectChannels(t, 3, 4)
+	var out [2]transport.Link
+	for k, l := range []transport.Link{a, b} {
+		ch := l.(channeled)
+		if ch.NumChannels() != 3 {
+			t.Fatalf("offers 3 and 4: %d channels, want 3", ch.NumChannels())
+		}
+		ch.UseChannels(1, 3)
+		links, _ := ch.Channels()
+		out[k] = links[i]
+	}
+	return out[0], out[1]
+}
+
+// Every channel is a Link of its own (closing or aborting one ends the pair).
+func TestChannelConformance(t *testing.T) {
+	transporttest.Run(t, func(t *testing.T) (transport.Link, transport.Link) { return channel(t, 2) })
+}
+
+// Channels are independent FIFOs: frames sent on one never show up on
+// another, whatever order they are received in; UseChannels bounds what
+// Channels offers; the pair agrees on the smaller offer.
+func TestChannels(t *testing.T) {
+	a, b := connectChannels(t, 3, 2)
+	defer a.Close()
+	defer b.Close()
+	ca, cb := a.(channeled), b.(channeled)
+	if ca.NumChannels() != 2 || cb.NumChannels() != 2 {
+		t.Fatalf("offers 3 and 2: %d and %d channels, want 2", ca.NumChannels(), cb.NumChannels())
+	}
+	ca.UseChannels(5, 1)
+	if links, lo := ca.Channels(); len(links) != 1 || lo != 1 || links[0] != a {
+		t.Fatalf("UseChannels(5, 1): %d channels, at least %d", len(links), lo)
+	}
+	ca.UseChannels(2, 8)
+	cb.UseChannels(2, 8)
+	la, lo := ca.Channels()
+	lb, _ := cb.Channels()
+	if len(la) != 2 || lo != 2 || la[0] != a {
+		t.Fatalf("UseChannels(2, 8): %d channels, at least %d", len(la), lo)
+	}
+	h := &wire.Header{Kind: wire.KindColl, Coll: wire.AllReduce, Count: 1}
+	big := make([]byte, 300<<10) // Simple protocol
+	for i := range big {
+		big[i] = byte(i)
+	}
+	for ch := range 2 {
+		if err := la[ch].Send(h, append(big[:len(big):len(big)], byte(ch))); err != nil {
+			t.Fatal(err)
+		}
+		if err := la[ch].Send(h, []byte{byte(10 + ch)}); err != nil { // LL protocol
+			t.Fatal(err)
+		}
+	}
+	for ch := 1; ch >= 0; ch-- {
+		got := make([]byte, len(big)+1)
+		if err := lb[ch].RecvInto(h, got); err != nil {
+			t.Fatal(err)
+		}
+		if got[len(big)] != byte(ch) || got[12345] != big[12345] {
+			t.Fatalf("channel %d got another channel's frame", ch)
+		}
+		small := make([]byte, 1)
+		if err := lb[ch].RecvInto(h, small); err != nil || small[0] != byte(10+ch) {
+			t.Fatalf("channel %d: small frame %v, %v", ch, small, err)
+		}
+	}
+	// Closing the pair's first channel ends a wait on another at once.
+	done := make(chan error, 1)
+	go func() { done <- lb[1].RecvInto(h, make([]byte, 8)) }()
+	time.Sleep(20 * time.Millisecond)
+	a.Close()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("receive on channel 1 succeeded after the peer closed")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("receive on channel 1 still waiting 5 s after the peer closed channel 0")
+	}
+}
 
 // BenchmarkPingPong is one 8-byte frame each way per iteration.
 func BenchmarkPingPong(b *testing.B) {
