@@ -243,7 +243,9 @@ func TestChildRank(t *testing.T) {
 		}
 		if want, _ := strconv.Atoi(os.Getenv("GOCL_TEST_CHANNELS")); want > 0 && l != nil {
 			got := 1
-			if ch, ok := l.(interface{ Channels() ([]transport.Link, int) }); ok {
+			if ch, ok := l.(interface {
+				Channels() ([]transport.Link, int)
+			}); ok {
 				links, _ := ch.Channels()
 				got = len(links)
 			}
