@@ -217,6 +217,7 @@ def main() -> int:
     p.add_argument("-d", default="float", help="data type (float)")
     p.add_argument("--timeout", type=float, default=900, help="seconds one sweep may take (900)")
     p.add_argument("--out-dir", type=Path, default=REPO / "bench", help="where RESULTS.md, results.json go (bench/)")
+    p.add_argument("--note", default="", help="a paragraph for RESULTS.md (e.g. what else ran on the machine)")
     a = p.parse_args()
     try:
         ranks = [int(x) for x in a.ranks.split(",")]
@@ -229,6 +230,7 @@ def main() -> int:
     build()
     sweep = ["-b", str(a.b), "-e", str(a.e), "-f", str(a.f), "-d", a.d, "-c", "1"]
     started = datetime.datetime.now(datetime.timezone.utc)
+    load_before = os.getloadavg()
     results = []
     with tempfile.TemporaryDirectory(prefix="gocl-bench-") as tmp:
         for n in ranks:
@@ -241,6 +243,10 @@ def main() -> int:
             results.append((n, med["gocl"], med["MPI"]))
 
     info = machine()
+    # Other work on the machine slows both libraries, MPI's busy polling most:
+    # the load average says how much there was.
+    info["loadavg_before"] = [round(x, 2) for x in load_before]
+    info["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     md = ["# gocl vs OpenMPI: allreduce, side by side", "",
           f"Written by `bench/compare.py` (`make bench`) on {started:%Y-%m-%d %H:%M} UTC, commit {info['commit']}.",
           f"Machine: {info['cpus']} CPUs ({info['cpu']}), {info['memory']}, Linux {info['kernel']}; "
@@ -249,7 +255,11 @@ def main() -> int:
           f"gocl: `build/gocl-perf all_reduce -P N` (N processes, default transports); MPI: "
           f"`mpirun --oversubscribe --bind-to none -np N build/mpi-perf all_reduce` (C `MPI_Allreduce`). "
           f"Alternated {a.rounds} round(s) per rank count; every number is the median over the rounds. "
-          "MPI/gocl above 1 means gocl is faster. busbw is nccl-tests' (2(n-1)/n x size/time).", ""]
+          "MPI/gocl above 1 means gocl is faster. busbw is nccl-tests' (2(n-1)/n x size/time).", "",
+          f"Load average (1, 5, 15 min) before the run {info['loadavg_before']}, after {info['loadavg_after']} "
+          f"on {info['cpus']} CPUs: above the CPU count, other programs shared the cores and the times are noisy.", ""]
+    if a.note:
+        md += [a.note, ""]
     verdicts = []
     for n, g, m in results:
         md += [f"## {n} ranks", "", *table(g, m), ""]
