@@ -35,6 +35,7 @@ import (
 	"syscall"
 	"time"
 
+	"gocl/kernels"
 	"gocl/runtime/transport"
 	"gocl/runtime/wire"
 )
@@ -656,7 +657,7 @@ func (l *link) RecvInto(want *wire.Header, dst []byte) error {
 		if p.flags&modeSimple == 0 {
 			return l.llPayload(p, d, want)
 		}
-		copy(d, l.ring(p))
+		transport.CopyOut(d, l.ring(p), int(want.Count)*kernels.DataType(want.Dtype).Size())
 		return nil
 	})
 }
