@@ -92,8 +92,8 @@ type pair struct {
 	ctrl       net.Conn
 	ctrlMu     sync.Mutex
 	opts       Options
-	chans      []*link // chans[0] is the link Connect returns
-	use        int     // channels the communicator agreed to use (UseChannels)
+	chans      []*link          // chans[0] is the link Connect returns
+	use        []transport.Link // the channels the communicator agreed to use (UseChannels)
 	useMin     int
 
 	deadline  atomic.Int64 // unix nanoseconds; 0: none
@@ -135,7 +135,7 @@ func Connect(ctrl net.Conn, self, peer, peerPid int, opts Options, deadline time
 	if err != nil {
 		return nil, err
 	}
-	pr := &pair{self: self, peer: peer, ctrl: ctrl, opts: opts, use: 1, useMin: 1}
+	pr := &pair{self: self, peer: peer, ctrl: ctrl, opts: opts, useMin: 1}
 	maps := make([]*mapping, 0, nch)
 	for range nch {
 		recv, send, err := handshake(ctrl, peerPid, deadline)
@@ -150,6 +150,7 @@ func Connect(ctrl net.Conn, self, peer, peerPid int, opts Options, deadline time
 		pr.chans = append(pr.chans, &link{pair: pr, mapping: m})
 	}
 	l := pr.chans[0]
+	pr.use = []transport.Link{l}
 	// A link dropped without Close still gives its memory back.
 	runtime.AddCleanup(l, func(ms []*mapping) {
 		for _, m := range ms {
@@ -185,19 +186,18 @@ func (l *link) NumChannels() int { return len(l.chans) }
 // most NumChannels), and lo, the fewest a split call should use. The
 // communicator calls it once at init with values every rank agreed on.
 func (l *link) UseChannels(lo, hi int) {
-	l.use = max(1, min(hi, len(l.chans)))
-	l.useMin = max(1, min(lo, l.use))
+	n := max(1, min(hi, len(l.chans)))
+	use := make([]transport.Link, n)
+	for i := range use {
+		use[i] = l.chans[i]
+	}
+	l.use, l.useMin = use, max(1, min(lo, n))
 }
 
 // Channels returns the channels a call may be split across (the first is
-// the link itself) and the fewest a split should use.
-func (l *link) Channels() ([]transport.Link, int) {
-	out := make([]transport.Link, l.use)
-	for i := range out {
-		out[i] = l.chans[i]
-	}
-	return out, l.useMin
-}
+// the link itself; the slice is shared, not to be modified) and the fewest
+// a split should use.
+func (l *link) Channels() ([]transport.Link, int) { return l.use, l.useMin }
 
 func (l *link) Name() string        { return "shm" }
 func (l *link) Buffered(n int) bool { return n <= BufferedMax }
