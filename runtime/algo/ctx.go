@@ -42,9 +42,6 @@ func (c *Ctx) hdr(step int) *wire.Header {
 	return &h
 }
 
-// callBytes is the size of the call's buffer (per rank).
-func (c *Ctx) callBytes() int { return int(c.Hdr.Count) * c.Elem }
-
 // combiner reduces two partial results: the op itself, except PreMulSum,
 // whose partials were scaled already and are only summed.
 func (c *Ctx) combiner() *kernels.Reducer {

@@ -182,7 +182,7 @@ func (p *prims) recvReduceCopySend(from, to, step int, dst, local []byte) error 
 		}
 		p.c.Red.Finalize(out)
 		if !same(out, dst) {
-			transport.CopyOut(dst, out, p.c.callBytes())
+			copy(dst, out)
 		}
 		return nil
 	}, dst)
@@ -198,7 +198,7 @@ func (p *prims) recvCopySend(from, to, step int, dst []byte) error {
 		h.Len = uint64(len(dst))
 		return p.c.Links[from].RecvWith(h, func(pl []byte) {
 			transport.CopyHot(out, pl)
-			transport.CopyOut(dst, pl, p.c.callBytes())
+			copy(dst, pl)
 		})
 	}, dst)
 }

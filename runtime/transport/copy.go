@@ -18,20 +18,3 @@ func CopyHot(dst, src []byte) int {
 	}
 	return n
 }
-
-// HotCall is the size of call up to which CopyOut keeps results in cache
-// (the reduction kernels stream from the same size on).
-const HotCall = 8 << 20
-
-// CopyOut copies a received payload into the caller's buffer, for a call
-// moving callBytes per rank: through the cache when the call fits in it,
-// so the rank's next step and the caller find it there (1 MiB pieces: 15
-// against 23 GB/s), else with Go's copy, whose non-temporal stores (from
-// 1 MiB) skip reading the destination first (64 MiB in 1 MiB pieces: 7.0
-// against 2.3 GB/s).
-func CopyOut(dst, src []byte, callBytes int) int {
-	if callBytes < HotCall {
-		return CopyHot(dst, src)
-	}
-	return copy(dst, src)
-}

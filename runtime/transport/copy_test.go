@@ -23,16 +23,3 @@ func TestCopyHot(t *testing.T) {
 		}
 	}
 }
-
-func TestCopyOut(t *testing.T) {
-	src := make([]byte, 3*hotPiece+5)
-	for i := range src {
-		src[i] = byte(i * 13)
-	}
-	for _, call := range []int{0, HotCall - 1, HotCall, 1 << 30} {
-		dst := make([]byte, len(src))
-		if n := CopyOut(dst, src, call); n != len(src) || !bytes.Equal(dst, src) {
-			t.Fatalf("call of %d B: copied %d, equal %v", call, n, bytes.Equal(dst, src))
-		}
-	}
-}
