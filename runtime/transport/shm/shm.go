@@ -479,7 +479,7 @@ func (l *link) Send(h *wire.Header, data []byte) error {
 		if err != nil {
 			return err
 		}
-		transport.CopyHot(buf, data[off:off+n])
+		copy(buf, data[off:off+n])
 		off += n
 		p.hdr = *h
 		if off < len(data) {
@@ -682,7 +682,7 @@ func (l *link) RecvWith(want *wire.Header, use func(payload []byte)) error {
 				return err
 			}
 		} else {
-			transport.CopyHot(buf[off:], l.ring(p)) // read back by use
+			copy(buf[off:], l.ring(p))
 		}
 		off += p.n
 		if p.flags&modeMore == 0 {
