@@ -361,3 +361,22 @@ func TestBadAlgoSettingFailsInit(t *testing.T) {
 		})
 	}
 }
+
+// A malformed channel count fails init on every rank, naming the variable.
+func TestBadChannelSettingFailsInit(t *testing.T) {
+	for _, kv := range [][2]string{{"GOCL_MAX_NCHANNELS", "0"}, {"NCCL_MAX_NCHANNELS", "many"}, {"GOCL_MIN_NCHANNELS", "-1"}} {
+		t.Run(kv[0], func(t *testing.T) {
+			setEnv(t, kv[0], kv[1])
+			comms, err := InitAll(2, nil, Options{})
+			if err == nil {
+				for _, c := range comms {
+					c.Destroy()
+				}
+				t.Fatalf("%s=%s: init succeeded", kv[0], kv[1])
+			}
+			if msg := err.Error(); !strings.Contains(msg, kv[0]+"=") || !strings.Contains(msg, "1 or more") {
+				t.Errorf("%s=%s: %v", kv[0], kv[1], err)
+			}
+		})
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -103,6 +105,9 @@ func shmDomain() string {
 // transports need it, then each pair's link, falling back along the
 // candidates when a transport finds at connect time that it cannot serve.
 func (c *Comm) connect(ln net.Listener, secret []byte, deadline time.Time) error {
+	if _, _, err := c.channelSettings(); err != nil {
+		return err
+	}
 	me := &c.peers[c.rank]
 	cands := make([][]*connector, c.nranks)
 	tcp := func(p int) bool {
@@ -174,14 +179,31 @@ func (c *Comm) connect(ln net.Listener, secret []byte, deadline time.Time) error
 	return nil
 }
 
-// maxChannels is GOCL_MAX_NCHANNELS, or by default one channel per core
-// this host has for each of its ranks (at most 4): a channel is run by its
-// own goroutine, which only pays where it gets a core of its own.
-func (c *Comm) maxChannels() int {
-	if n := config.IntOr("MAX_NCHANNELS", 0); n > 0 {
-		return min(n, shm.MaxChannels)
+// channelSettings reads GOCL_MIN_NCHANNELS and GOCL_MAX_NCHANNELS (NCCL_
+// names as fallbacks). Unset, the most is one channel per core this host
+// has for each of its ranks (at most 4): a channel is run by its own
+// goroutine, which only pays where it gets a core of its own.
+func (c *Comm) channelSettings() (lo, hi int, err error) {
+	hi = max(1, min(runtime.NumCPU()/max(c.localRanks, 1), 4))
+	if v, src := config.Source("MAX_NCHANNELS"); strings.TrimSpace(v) != "" {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 1 {
+			return 0, 0, status.Errorf(status.InvalidArgument, "rank %d: %s=%q: give the most channels a call may be split across, 1 or more (at most %d are used)", c.rank, src, v, shm.MaxChannels)
+		}
+		hi = min(n, shm.MaxChannels)
 	}
-	return max(1, min(runtime.NumCPU()/max(c.localRanks, 1), 4))
+	v, src := config.Source("MIN_NCHANNELS")
+	lo, err = strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || lo < 1 {
+		return 0, 0, status.Errorf(status.InvalidArgument, "rank %d: %s=%q: give the fewest channels a large call is split across, 1 or more", c.rank, src, v)
+	}
+	return lo, hi, nil
+}
+
+// maxChannels is the channels this rank offers each shm pair.
+func (c *Comm) maxChannels() int {
+	_, hi, _ := c.channelSettings() // checked at the start of connect
+	return max(hi, 1)
 }
 
 // channeled is a link made of several FIFOs to its peer (shm).
@@ -195,7 +217,7 @@ type channeled interface {
 // (a communicator with any link of one FIFO, inproc or socket, uses one),
 // and GOCL_MIN_NCHANNELS, the smallest any rank asks for.
 func (c *Comm) agreeChannels() error {
-	have, lo := c.maxChannels(), max(1, config.IntOr("MIN_NCHANNELS", 1))
+	lo, have, _ := c.channelSettings() // checked at the start of connect
 	for _, l := range c.links {
 		if l == nil {
 			continue
