@@ -20,7 +20,10 @@ func (c *Comm) execute(ops []*Op) (err error) {
 	if err := c.usable(); err != nil {
 		return err
 	}
+	c.prog.calls.Add(1)
+	c.prog.inCall.Store(true)
 	defer func() {
+		c.prog.inCall.Store(false)
 		if err != nil {
 			c.fail(err)
 		}
@@ -45,7 +48,7 @@ func (c *Comm) ctx(op *Op) *algo.Ctx {
 		Hdr: wire.Header{Kind: wire.KindColl, Coll: op.Coll, Dtype: uint8(op.Type), Op: op.wireOp(),
 			Root: int32(op.Root), Seq: c.seq, Count: uint64(op.Count)},
 		Scratch: c.scratchBuf,
-		Fail:    c.fail,
+		Fail:    func(err error) { c.fail(c.blame(err)) },
 	}
 }
 
@@ -90,6 +93,7 @@ func (c *Comm) collective(op *Op) (err error) {
 		err = status.Errorf(status.InternalError, "rank %d: no algorithm for %s", c.rank, op.Coll)
 	}
 	if err != nil { // name the call, so logs and messages say which one failed
+		err = c.blame(err)
 		return status.Errorf(status.CodeOf(err), "%s failed on rank %d: %w", x.Hdr.Describe(), c.rank, err)
 	}
 	return nil
@@ -189,6 +193,7 @@ func (c *Comm) p2p(op *Op) error {
 		err = c.links[peer].RecvInto(&h, op.recv)
 	}
 	if err != nil {
+		err = c.blame(err)
 		return status.Errorf(status.CodeOf(err), "%s #%d to/from rank %d failed on rank %d: %w", op.name(), h.Seq, peer, c.rank, err)
 	}
 	return nil

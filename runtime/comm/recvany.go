@@ -46,7 +46,10 @@ func (c *Comm) RecvAny(buf unsafe.Pointer, count int, typ kernels.DataType) (pee
 	c.waitQueued()
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
+	c.prog.calls.Add(1)
+	c.prog.inCall.Store(true)
 	defer func() {
+		c.prog.inCall.Store(false)
 		if err != nil {
 			c.fail(err)
 		}
