@@ -1,0 +1,122 @@
+"""Failures name the rank that caused them, and abort unblocks a stuck rank.
+
+A stopped rank (SIGSTOP) in a ring: the rank waiting on it and the rank
+waiting on that one both name the stopped rank (the root of the wait chain),
+not their neighbour. ``abort()`` from another thread ends a call stuck on a
+peer within 1 s, over every transport.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import gocl
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GOCL_", "NCCL_"))}
+    env.update(extra)
+    return env
+
+
+# Rank 2 of 3 stops itself after a first all_reduce; in a ring rank 0 waits
+# for rank 2 and rank 1 for rank 0. Both must blame rank 2.
+STOPPED = """
+    import os, signal, time
+    import numpy as np, gocl
+    comm = gocl.Communicator.from_env()
+    comm.all_reduce(np.ones(4096, np.float32))
+    print("PID", os.getpid(), flush=True)
+    if comm.rank == 2:
+        os.kill(os.getpid(), signal.SIGSTOP)
+        os._exit(0)
+    t0 = time.monotonic()
+    try:
+        comm.all_reduce(np.ones(4096, np.float32))
+        print("NO ERROR", flush=True)
+    except gocl.GoclTimeoutError as e:
+        print(f"TIMEOUT after {time.monotonic() - t0:.2f} s: {e}", flush=True)
+    comm.abort()
+"""
+
+
+def test_stopped_rank_is_named_by_every_survivor():
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(STOPPED)],
+                              env=clean_env(RANK=str(r), WORLD_SIZE="3", MASTER_ADDR="127.0.0.1",
+                                            MASTER_PORT=str(port), GOCL_SOCKET_IFNAME="lo",
+                                            GOCL_TIMEOUT="2", GOCL_ALGO="ring"),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(3)]
+    outs = {}
+    try:
+        for r in (0, 1):
+            outs[r] = procs[r].communicate(timeout=60)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+    for r in (0, 1):
+        out, err = outs[r]
+        assert procs[r].returncode == 0, out + err
+        line = next((ln for ln in out.splitlines() if ln.startswith("TIMEOUT")), out + err)
+        assert "rank 2 stalled" in line and "did not answer a liveness probe" in line, line
+        assert line.count(f"rank {r}") == 1, line  # this rank is named once, by the call
+        took = float(line.split()[2])
+        assert 1.5 <= took < 8, line
+
+
+VIAS = {"inproc": {}, "shm": {"GOCL_P2P_DISABLE": "1"},
+        "socket": {"GOCL_P2P_DISABLE": "1", "GOCL_SHM_DISABLE": "1", "GOCL_SOCKET_IFNAME": "lo"}}
+
+
+@pytest.mark.parametrize("via", list(VIAS))
+def test_abort_from_another_thread_unblocks_within_a_second(monkeypatch, via):
+    for k in ("GOCL_P2P_DISABLE", "GOCL_SHM_DISABLE", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("GOCL_TIMEOUT", "60")
+    for k, v in VIAS[via].items():
+        monkeypatch.setenv(k, v)
+    comms = gocl.Communicator.local(2)
+    out = {}
+
+    def stuck():  # rank 1 never joins: rank 0 waits for it
+        try:
+            comms[0].all_reduce(np.ones(1 << 16, np.float32))
+            out["err"] = None
+        except gocl.GoclError as e:
+            out["err"] = e
+        out["t"] = time.monotonic()
+
+    t = threading.Thread(target=stuck)
+    t.start()
+    time.sleep(0.3)
+    assert t.is_alive(), out
+    start = time.monotonic()
+    comms[0].abort()
+    t.join(5)
+    assert not t.is_alive(), f"abort did not unblock the all_reduce over {via}"
+    assert out["t"] - start < 1.0, f"abort took {out['t'] - start:.2f} s over {via}"
+    assert isinstance(out["err"], gocl.GoclError) and "aborted" in str(out["err"]), out["err"]
+    # the peer's next call fails naming rank 0 instead of waiting
+    with pytest.raises(gocl.RemoteError, match="rank 0"):
+        for _ in range(2):  # over sockets the first may complete from buffered data
+            comms[1].all_reduce(np.ones(4, np.float32))
+    comms[1].abort()
