@@ -58,7 +58,7 @@ type Comm struct {
 	redops map[int32]preMulSum
 	nextOp int32
 
-	flight *flightRecorder // nil unless GOCL_TRACE_BUFFER > 0
+	flight *flightRecorder // nil unless GOCL_TRACE_BUFFER or GOCL_TRACE_FILE is set
 
 	// Liveness probes (culprit.go): the bootstrap listener stays open and
 	// answers them until release.
@@ -168,8 +168,7 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 	c := &Comm{rank: rank, nranks: nranks, device: device, peers: peers, key: id.Key(),
 		chunk: config.IntOr("BUFFSIZE", 1<<20), timeout: timeout,
 		links: make([]transport.Link, nranks), sendSeq: make([]uint64, nranks), recvSeq: make([]uint64, nranks),
-		redops: map[int32]preMulSum{}, nextOp: 5, flight: newFlightRecorder(config.IntOr("TRACE_BUFFER", 0)),
-		ln: ln, secret: id.Secret()}
+		redops: map[int32]preMulSum{}, nextOp: 5, ln: ln, secret: id.Secret()}
 	c.prog.waitsOn.Store(-1)
 	c.cond = sync.NewCond(&c.stateMu)
 	c.topology()
@@ -180,6 +179,7 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 		inproc.Forget(c.key)
 		return nil, err
 	}
+	c.flight = newFlightRecorder(c)
 	serving = true // release closes it from now on
 	go bootstrap.Serve(ln, rank, c.secret, c.answer)
 	if err := c.setupTuner(settings); err != nil {
@@ -275,7 +275,7 @@ func (c *Comm) fail(err error) {
 	reason := transport.AbortReason(c.rank, c.broken)
 	c.stateMu.Unlock()
 	if first {
-		c.flight.dump(c.rank, err)
+		c.flight.dump(err)
 	}
 	for _, l := range c.links {
 		if l != nil {

@@ -1,7 +1,6 @@
 package comm
 
 import (
-	"fmt"
 	"time"
 
 	"gocl/runtime/algo"
@@ -72,7 +71,7 @@ func (c *Comm) collective(op *Op) (err error) {
 	sb, rb := c.sizes(op)
 	ch := c.plan.Pick(op.Coll, max(sb, rb))
 	if c.flight != nil {
-		slot := c.flight.begin(x.Hdr.Describe() + " via " + ch.String())
+		slot := c.flight.begin(flightEntry{hdr: x.Hdr, bytes: max(sb, rb), choice: ch})
 		defer func() { c.flight.end(slot, err) }()
 	}
 	if debuglog.Enabled(debuglog.Trace, debuglog.Tuning) {
@@ -178,18 +177,20 @@ func (c *Comm) pointToPoint(ops []*Op) error {
 func (c *Comm) p2p(op *Op) error {
 	peer := op.Root
 	h := wire.Header{Kind: wire.KindP2P, Coll: wire.SendRecv, Dtype: uint8(op.Type), Count: uint64(op.Count)}
+	seqs := c.recvSeq
+	if op.IsSend {
+		seqs = c.sendSeq
+	}
+	h.Seq = seqs[peer]
+	seqs[peer]++
 	var err error
 	if c.flight != nil {
-		slot := c.flight.begin(fmt.Sprintf("%s of %d %s with rank %d", op.name(), op.Count, op.Type, peer))
+		slot := c.flight.begin(flightEntry{hdr: h, send: op.IsSend, peer: peer, bytes: op.Count * op.Type.Size(), via: c.links[peer].Name()})
 		defer func() { c.flight.end(slot, err) }()
 	}
 	if op.IsSend {
-		h.Seq = c.sendSeq[peer]
-		c.sendSeq[peer]++
 		err = c.links[peer].Send(&h, op.send)
 	} else {
-		h.Seq = c.recvSeq[peer]
-		c.recvSeq[peer]++
 		err = c.links[peer].RecvInto(&h, op.recv)
 	}
 	if err != nil {
