@@ -8,6 +8,7 @@ peer within 1 s, over every transport.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -21,6 +22,7 @@ import numpy as np
 import pytest
 
 import gocl
+from gocl import cli, trace
 
 
 def free_port() -> int:
@@ -56,12 +58,13 @@ STOPPED = """
 """
 
 
-def test_stopped_rank_is_named_by_every_survivor():
+def test_stopped_rank_is_named_by_every_survivor(tmp_path, capsys):
     port = free_port()
     procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(STOPPED)],
                               env=clean_env(RANK=str(r), WORLD_SIZE="3", MASTER_ADDR="127.0.0.1",
                                             MASTER_PORT=str(port), GOCL_SOCKET_IFNAME="lo",
-                                            GOCL_TIMEOUT="2", GOCL_ALGO="ring"),
+                                            GOCL_TIMEOUT="2", GOCL_ALGO="ring",
+                                            GOCL_TRACE_FILE=str(tmp_path / "trace-%r.jsonl")),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for r in range(3)]
     outs = {}
@@ -81,6 +84,36 @@ def test_stopped_rank_is_named_by_every_survivor():
         assert line.count(f"rank {r}") == 1, line  # this rank is named once, by the call
         took = float(line.split()[2])
         assert 1.5 <= took < 8, line
+    # the survivors wrote their flight recorders when they failed; the
+    # stopped rank could not, and `gocl trace` says so
+    files = sorted(str(p) for p in tmp_path.glob("trace-*.jsonl"))
+    assert [os.path.basename(f) for f in files] == ["trace-0.jsonl", "trace-1.jsonl"], files
+    assert cli.main(["trace", *files]) == 0
+    report = capsys.readouterr().out
+    assert "rank 2 wrote no trace" in report and "=> look at rank 2 (no trace)" in report, report
+    assert "ranks 0, 1 still in allreduce #2 (count 4096, float32, sum)" in report, report
+
+
+def rec(rank, seq, op="allreduce", count=8, state="completed", **kw):
+    return {"comm": "c1", "rank": rank, "nranks": 3, "id": seq, "op": op, "seq": seq, "count": count,
+            "dtype": "float32", "redop": "sum", "state": state, "duration_us": 10.0, "transport": "shm", **kw}
+
+
+def test_trace_names_the_rank_behind_and_the_call_it_lacks():
+    recs = [rec(0, 0), rec(0, 1, state="started"), rec(1, 0), rec(1, 1, state="started"), rec(2, 0)]
+    report = "\n".join(trace.analyse(recs))
+    assert "rank 2 is behind: it never started allreduce #1 (count 8, float32, sum), which ranks 0, 1 are in" in report
+    assert "=> look at rank 2 (behind" in report, report
+
+
+def test_trace_names_calls_that_differ(tmp_path, capsys):
+    path = tmp_path / "t.jsonl"
+    lines = [rec(0, 0), rec(1, 0), rec(2, 0), rec(0, 1, count=8), rec(1, 1, count=9), rec(2, 1, count=8)]
+    path.write_text("\n".join(map(json.dumps, lines)) + "\nnot json\n")
+    assert cli.main(["trace", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert "collective #1 differs between ranks: ranks 0, 2: allreduce #1 (count 8" in out, out
+    assert "rank 1: allreduce #1 (count 9" in out and "not a gocl trace record" in err, (out, err)
 
 
 VIAS = {"inproc": {}, "shm": {"GOCL_P2P_DISABLE": "1"},
