@@ -130,7 +130,7 @@ func (c *Comm) diagnose(e *transport.Error, err error) error {
 			return verdict(transport.Kind(st.Kind), st.Root, st.Detail)
 		case !st.InCall:
 			return verdict(transport.KindStalled, p, fmt.Sprintf(
-				"the wait chain %s ends there: its process answers but is in no gocl call (%d calls made so far): it is busy elsewhere, or it does not make the same calls in the same order as the others (GOCL_TIMEOUT bounded the wait)",
+				"the wait chain %s ends there: its process answers but is in no call on this communicator (%d calls made so far): it is busy elsewhere, or it does not make the same calls in the same order as the others (GOCL_TIMEOUT bounded the wait)",
 				path(), st.Calls))
 		case st.WaitsOn >= 0 && seen[st.WaitsOn]:
 			return verdict(transport.KindStalled, p, fmt.Sprintf(
