@@ -153,3 +153,24 @@ def test_abort_from_another_thread_unblocks_within_a_second(monkeypatch, via):
         for _ in range(2):  # over sockets the first may complete from buffered data
             comms[1].all_reduce(np.ones(4, np.float32))
     comms[1].abort()
+
+
+def test_dump_trace_on_request(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("GOCL_TRACE_BUFFER", "16")
+    comms = gocl.Communicator.local(2)
+    xs = [np.ones(5, np.float32) for _ in comms]
+    with gocl.group():
+        for c, x in zip(comms, xs):
+            c.all_reduce(x)
+    for c in comms:
+        c.dump_trace(tmp_path / f"t{c.rank}.jsonl")
+        c.destroy()
+    assert cli.main(["trace", str(tmp_path / "t0.jsonl"), str(tmp_path / "t1.jsonl")]) == 0
+    report = capsys.readouterr().out
+    assert "rank 1: last collective allreduce #1 (count 5, float32, sum) via " in report, report
+    assert "=> every rank that wrote a trace reached the same call" in report, report
+    monkeypatch.delenv("GOCL_TRACE_BUFFER")
+    (solo,) = gocl.Communicator.local(1)
+    with pytest.raises(gocl.InvalidUsageError, match="GOCL_TRACE_BUFFER"):
+        solo.dump_trace(tmp_path / "x.jsonl")
+    solo.destroy()
