@@ -19,7 +19,7 @@ import (
 // answers says whether it is in a call, whom it waits for, and what it
 // blamed if it already failed. The verdict then travels in the abort frames
 // (transport.AbortReason), so every rank names the same root. Nothing of
-// this runs on the success path but two atomic stores per call.
+// this runs on the success path but two atomic adds per call.
 
 // liveness is a rank's answer to a probe.
 type liveness struct {
@@ -33,10 +33,12 @@ type liveness struct {
 
 // progress is what the probe server reads while the call path runs.
 type progress struct {
-	calls   atomic.Uint64
-	inCall  atomic.Bool
+	edges   atomic.Uint64 // +1 when a call starts and when it ends: odd while in a call
 	waitsOn atomic.Int64
 }
+
+func (p *progress) enter() { p.edges.Add(1) }
+func (p *progress) leave() { p.edges.Add(1) }
 
 // probeWait bounds one liveness probe: long enough for a loaded host to
 // answer, short next to the timeout that started the diagnosis.
@@ -46,7 +48,8 @@ func probeWait(timeout time.Duration) time.Duration {
 
 // answer is this rank's liveness.
 func (c *Comm) answer() any {
-	l := liveness{Calls: c.prog.calls.Load(), InCall: c.prog.inCall.Load(), WaitsOn: int(c.prog.waitsOn.Load()), Root: -1}
+	edges := c.prog.edges.Load()
+	l := liveness{Calls: (edges + 1) / 2, InCall: edges%2 == 1, WaitsOn: int(c.prog.waitsOn.Load()), Root: -1}
 	if err := c.AsyncError(); err != nil {
 		l.Root, l.Kind, l.Detail = c.rank, int(transport.KindPeerFailed), err.Error()
 		if e := transport.ErrorOf(err); e != nil && e.Kind != transport.KindAborted && e.Kind != transport.KindMismatch {

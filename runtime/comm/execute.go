@@ -19,13 +19,12 @@ func (c *Comm) execute(ops []*Op) (err error) {
 	if err := c.usable(); err != nil {
 		return err
 	}
-	c.prog.calls.Add(1)
-	c.prog.inCall.Store(true)
+	c.prog.enter()
 	defer func() {
-		c.prog.inCall.Store(false)
 		if err != nil {
-			c.fail(err)
+			c.fail(err) // before leaving: a probe must not see an idle rank without its verdict
 		}
+		c.prog.leave()
 	}()
 	c.armDeadline()
 	var p2p []*Op
