@@ -213,6 +213,7 @@ func TestProcessCulpritIsNamedEverywhere(t *testing.T) {
 			outs := make([]strings.Builder, n)
 			errs := make([]error, n)
 			exited := make([]time.Time, n)
+			done := make([]chan struct{}, n)
 			var wg sync.WaitGroup
 			for r := range cmds {
 				cmd := exec.Command(os.Args[0], "-test.run=^TestChildRank$", "-test.count=1")
@@ -222,8 +223,9 @@ func TestProcessCulpritIsNamedEverywhere(t *testing.T) {
 					t.Fatal(err)
 				}
 				cmds[r] = cmd
+				done[r] = make(chan struct{})
 				wg.Add(1)
-				go func() { defer wg.Done(); errs[r] = cmd.Wait(); exited[r] = time.Now() }()
+				go func() { defer wg.Done(); errs[r] = cmd.Wait(); exited[r] = time.Now(); close(done[r]) }()
 			}
 			defer func() {
 				cmds[victim].Process.Kill()
@@ -256,10 +258,13 @@ func TestProcessCulpritIsNamedEverywhere(t *testing.T) {
 				if r == victim {
 					continue
 				}
-				for exited[r].IsZero() && time.Since(hit) < 20*time.Second {
-					time.Sleep(10 * time.Millisecond)
+				select {
+				case <-done[r]:
+				case <-time.After(20 * time.Second):
+					t.Errorf("rank %d still running 20 s after the %s", r, k.signal)
+					continue
 				}
-				if errs[r] != nil || exited[r].IsZero() {
+				if errs[r] != nil {
 					t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r].String())
 					continue
 				}
