@@ -1,9 +1,11 @@
 package comm
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"gocl/runtime/bootstrap"
@@ -125,6 +127,10 @@ func (c *Comm) diagnose(e *transport.Error, err error) error {
 		switch {
 		case aerr != nil && e.Kind == transport.KindPeerClosed && p == e.Peer:
 			return err // gone: the lost connection says it best
+		case errors.Is(aerr, syscall.ECONNREFUSED):
+			return verdict(transport.KindStalled, p, fmt.Sprintf(
+				"the wait chain %s ends there and its communicator is gone (its probe port refuses connections): it exited, or destroyed or aborted its communicator without making the call",
+				path()))
 		case aerr != nil:
 			return verdict(transport.KindStalled, p, fmt.Sprintf(
 				"the wait chain %s ends there and its process did not answer a liveness probe within %v: it is stopped (SIGSTOP, a debugger), hung outside gocl, or its host is unreachable (the wait passed the communicator's timeout, GOCL_TIMEOUT or the timeout given at init; raise it if rank %d is only slow)",

@@ -394,3 +394,19 @@ func TestSettingsReadAtEachInit(t *testing.T) {
 		c.Abort()
 	}
 }
+
+// A rank that destroyed its communicator instead of making the call: the
+// waiting rank says so (its probe port refuses), naming it.
+func TestTimeoutNamesARankThatLeft(t *testing.T) {
+	setEnv(t, "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "1")
+	comms, err := InitAll(2, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	comms[1].ln.Close() // as a destroyed communicator's, without closing the links
+	err = allReduce(comms[0], 1000)
+	wantErr(t, "rank 0", err, status.Timeout, "rank 1", "communicator is gone")
+	for _, c := range comms {
+		c.Abort()
+	}
+}
