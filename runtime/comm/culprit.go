@@ -137,6 +137,8 @@ func (c *Comm) diagnose(e *transport.Error, err error) error {
 				path(), wait, p))
 		case st.Root >= 0 && st.Root != c.rank:
 			return verdict(transport.Kind(st.Kind), st.Root, st.Detail)
+		case e.Kind == transport.KindPeerClosed:
+			return err // it closed the link without a verdict of its own
 		case !st.InCall:
 			return verdict(transport.KindStalled, p, fmt.Sprintf(
 				"the wait chain %s ends there: its process answers but is in no call on this communicator (%d calls made so far): it is busy elsewhere, or it does not make the same calls in the same order as the others (GOCL_TIMEOUT bounded the wait)",
@@ -148,8 +150,6 @@ func (c *Comm) diagnose(e *transport.Error, err error) error {
 		case st.WaitsOn >= 0:
 			p = st.WaitsOn
 			continue
-		case e.Kind == transport.KindPeerClosed:
-			return err // it closed the link without a verdict of its own
 		case time.Now().After(giveUp):
 			return verdict(transport.KindStalled, p, fmt.Sprintf(
 				"the wait chain %s ends there: its process answers and is inside a gocl call, but that call made no progress within the communicator's timeout (GOCL_TIMEOUT)", path()))
