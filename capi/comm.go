@@ -156,6 +156,20 @@ func goclgoCommGetAsyncError(h C.uintptr_t, out *C.int) (rc C.int) {
 	return 0
 }
 
+//export goclgoCommDumpTrace
+func goclgoCommDumpTrace(h C.uintptr_t, path *C.char) (rc C.int) {
+	defer guard(&rc, uintptr(h))
+	c, err := getComm(uintptr(h))
+	if err != nil {
+		return record(uintptr(h), err)
+	}
+	p := ""
+	if path != nil {
+		p = C.GoString(path)
+	}
+	return record(uintptr(h), c.DumpTrace(p))
+}
+
 // goclgoCommQuery answers goclCommCount (0), goclCommUserRank (1) and
 // goclCommCuDevice (2).
 //

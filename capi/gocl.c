@@ -77,6 +77,11 @@ goclResult_t goclCommGetAsyncError(goclComm_t comm, goclResult_t* asyncError) {
   return (goclResult_t)goclgoCommGetAsyncError(H(comm), (int*)asyncError);
 }
 
+goclResult_t goclCommDumpTrace(goclComm_t comm, const char* path) {
+  GUARD();
+  return (goclResult_t)goclgoCommDumpTrace(H(comm), (char*)path);
+}
+
 goclResult_t goclCommCount(const goclComm_t comm, int* count) { GUARD(); return (goclResult_t)goclgoCommQuery(H(comm), 0, count); }
 goclResult_t goclCommUserRank(const goclComm_t comm, int* rank) { GUARD(); return (goclResult_t)goclgoCommQuery(H(comm), 1, rank); }
 goclResult_t goclCommCuDevice(const goclComm_t comm, int* device) { GUARD(); return (goclResult_t)goclgoCommQuery(H(comm), 2, device); }

@@ -166,6 +166,13 @@ goclResult_t goclCommAbort(goclComm_t comm);
  * otherwise the error that broke it (an async op failed, a peer died). */
 goclResult_t goclCommGetAsyncError(goclComm_t comm, goclResult_t* asyncError);
 
+/* Appends comm's flight recorder (its last calls: op, seq, count, dtype,
+ * algorithm, transport, state, timings) to path as JSON lines, or to the file
+ * GOCL_TRACE_FILE names when path is NULL; `gocl trace FILES...` lines the
+ * ranks' files up. goclInvalidUsage when neither GOCL_TRACE_BUFFER nor
+ * GOCL_TRACE_FILE was set at init (the recorder is off). */
+goclResult_t goclCommDumpTrace(goclComm_t comm, const char* path);
+
 goclResult_t goclCommCount(const goclComm_t comm, int* count);
 goclResult_t goclCommUserRank(const goclComm_t comm, int* rank);
 /* CPU build: the device given to goclCommInitAll, else the local rank. */

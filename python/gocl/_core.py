@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 from typing import Iterator
 
 from . import _lib
@@ -125,6 +126,10 @@ class Comm:
 
     def recv(self, buf: int, count: int, dtype: int, peer: int, stream: int | None = None):
         self._call(_lib.lib().goclRecv(buf, count, dtype, peer, self.handle, stream))
+
+    def dump_trace(self, path: str | None = None) -> None:
+        """goclCommDumpTrace: append the flight recorder to path (None: GOCL_TRACE_FILE)."""
+        self._call(_lib.lib().goclCommDumpTrace(self.handle, None if path is None else os.fsencode(path)))
 
     def recv_any(self, buf: int, count: int, dtype: int) -> int:
         """Blocking receive from whichever rank sends first; returns its rank."""

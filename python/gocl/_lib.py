@@ -77,6 +77,7 @@ _SIGNATURES = {
     "goclCommDestroy": [c_void_p],
     "goclCommAbort": [c_void_p],
     "goclCommGetAsyncError": [c_void_p, ctypes.POINTER(c_int)],
+    "goclCommDumpTrace": [c_void_p, ctypes.c_char_p],
     "goclCommCount": [c_void_p, ctypes.POINTER(c_int)],
     "goclCommUserRank": [c_void_p, ctypes.POINTER(c_int)],
     "goclCommCuDevice": [c_void_p, ctypes.POINTER(c_int)],

@@ -1,4 +1,4 @@
-"""The ``gocl`` command: ``gocl run`` (launcher), ``gocl version``, ``gocl doctor`` and ``gocl perf``."""
+"""The ``gocl`` command: ``gocl run`` (launcher), ``gocl version``, ``gocl doctor``, ``gocl perf`` and ``gocl trace``."""
 
 from __future__ import annotations
 
@@ -58,6 +58,12 @@ def _cmd_perf(args: argparse.Namespace) -> int:
     return perf_main(extra)
 
 
+def _cmd_trace(args: argparse.Namespace) -> int:
+    from .trace import main as trace_main
+
+    return trace_main(args.files)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gocl", description="gocl: collective communication in Go (NCCL-shaped)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -92,6 +98,14 @@ def parser() -> argparse.ArgumentParser:
                     "[nccl-tests options] [--json[=FILE]] [--plot FILE.png [RESULTS.json ...]]; gocl perf --help.")
     perf.add_argument("args", nargs=argparse.REMAINDER, help="gocl-perf's options")
     perf.set_defaults(func=_cmd_perf)
+
+    trace = sub.add_parser(
+        "trace", help="line up the ranks' flight-recorder files: which rank is behind, on which call",
+        description="Reads the JSON lines each rank wrote (GOCL_TRACE_FILE, on failure or Communicator.dump_trace()) "
+                    "and says which ranks wrote nothing, which rank is behind and on which call, and which calls "
+                    "differ between ranks.")
+    trace.add_argument("files", nargs="+", help="the ranks' trace files")
+    trace.set_defaults(func=_cmd_trace)
     return p
 
 

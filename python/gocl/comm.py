@@ -889,6 +889,15 @@ class Communicator:
                 with contextlib.suppress(GoclError):
                     s.destroy()
 
+    def dump_trace(self, path: str | os.PathLike | None = None) -> None:
+        """Append this rank's flight recorder (its last calls, GOCL_TRACE_BUFFER)
+        to ``path`` as JSON lines, or to the file GOCL_TRACE_FILE names; ``gocl
+        trace FILES...`` lines the ranks' files up. Works on a failed
+        communicator too; InvalidUsageError when the recorder is off."""
+        if self._state != "ok":
+            raise InvalidUsageError(f"dump_trace on rank {self._rank}: the communicator was {self._state}")
+        self._c.dump_trace(None if path is None else os.fspath(path))
+
     def async_error(self) -> GoclError | None:
         """The error that broke the communicator (a failed call, a dead peer), or None."""
         self._usable("async_error")

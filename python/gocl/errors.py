@@ -32,13 +32,17 @@ class InvalidUsageError(GoclError):
 
 
 class RemoteError(GoclError):
-    """A peer failed, closed its connection, or disagreed on the call."""
+    """A peer failed, closed its connection, or disagreed on the call; a rank
+    that died is named on every rank ("reported by rank N" when a neighbour
+    saw it first)."""
 
     code = 6
 
 
 class GoclTimeoutError(GoclError, TimeoutError):
-    """No progress within GOCL_TIMEOUT."""
+    """No progress within GOCL_TIMEOUT. Every rank's message names the same
+    rank: the one at the root of the wait chain (stopped, hung, or not making
+    the call), not the neighbour this rank happened to wait for."""
 
     code = 8
 

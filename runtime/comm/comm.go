@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -57,7 +58,15 @@ type Comm struct {
 	redops map[int32]preMulSum
 	nextOp int32
 
-	flight *flightRecorder // nil unless GOCL_TRACE_BUFFER > 0
+	flight *flightRecorder // nil unless GOCL_TRACE_BUFFER or GOCL_TRACE_FILE is set
+
+	// Liveness probes (culprit.go): the bootstrap listener stays open and
+	// answers them until release.
+	ln      net.Listener
+	secret  []byte
+	prog    progress
+	blameMu sync.Mutex
+	verdict error // the first diagnosis of a failure, kept for its echoes
 }
 
 // processID tells ranks of one process apart from ranks of other processes.
@@ -134,7 +143,12 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 	if err != nil {
 		return nil, err
 	}
-	defer ln.Close()
+	serving := false
+	defer func() {
+		if !serving {
+			ln.Close()
+		}
+	}()
 	me := bootstrap.PeerInfo{Rank: rank, NRanks: nranks, Addr: ln.Addr().String(), Host: hostID(),
 		Proc: processID, Pid: os.Getpid(), Device: device}
 	offer(&me)
@@ -154,7 +168,8 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 	c := &Comm{rank: rank, nranks: nranks, device: device, peers: peers, key: id.Key(),
 		chunk: config.IntOr("BUFFSIZE", 1<<20), timeout: timeout,
 		links: make([]transport.Link, nranks), sendSeq: make([]uint64, nranks), recvSeq: make([]uint64, nranks),
-		redops: map[int32]preMulSum{}, nextOp: 5, flight: newFlightRecorder(config.IntOr("TRACE_BUFFER", 0))}
+		redops: map[int32]preMulSum{}, nextOp: 5, ln: ln, secret: id.Secret()}
+	c.prog.waitsOn.Store(-1)
 	c.cond = sync.NewCond(&c.stateMu)
 	c.topology()
 	if device < 0 { // no device given: one per local rank, as launchers assign GPUs
@@ -164,6 +179,9 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 		inproc.Forget(c.key)
 		return nil, err
 	}
+	c.flight = newFlightRecorder(c)
+	serving = true // release closes it from now on
+	go bootstrap.Serve(ln, rank, c.secret, c.answer)
 	if err := c.setupTuner(settings); err != nil {
 		c.fail(err)
 		c.release()
@@ -254,10 +272,10 @@ func (c *Comm) fail(err error) {
 		c.broken = err
 		debuglog.Warnf(debuglog.Init, c.rank, "communicator failed: %v", err)
 	}
-	reason := c.broken.Error()
+	reason := transport.AbortReason(c.rank, c.broken)
 	c.stateMu.Unlock()
 	if first {
-		c.flight.dump(c.rank, err)
+		c.flight.dump(err)
 	}
 	for _, l := range c.links {
 		if l != nil {
@@ -322,7 +340,8 @@ func (c *Comm) Destroy() error {
 // Abort fails every operation in progress (from any goroutine), closes the
 // links so peers fail too, and frees the comm without waiting for peers.
 func (c *Comm) Abort() {
-	c.fail(status.Errorf(status.RemoteError, "rank %d: the communicator was aborted", c.rank))
+	c.fail(transport.NewError(transport.Error{Kind: transport.KindPeerFailed, Self: c.rank, Peer: c.rank, Via: -1,
+		Detail: "the communicator was aborted"}))
 	c.waitQueued()
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
@@ -337,6 +356,9 @@ func (c *Comm) release() {
 		if l != nil {
 			l.Close()
 		}
+	}
+	if c.ln != nil {
+		c.ln.Close()
 	}
 	inproc.Forget(c.key)
 }

@@ -1,7 +1,6 @@
 package comm
 
 import (
-	"fmt"
 	"time"
 
 	"gocl/runtime/algo"
@@ -20,10 +19,12 @@ func (c *Comm) execute(ops []*Op) (err error) {
 	if err := c.usable(); err != nil {
 		return err
 	}
+	c.prog.enter()
 	defer func() {
 		if err != nil {
-			c.fail(err)
+			c.fail(err) // before leaving: a probe must not see an idle rank without its verdict
 		}
+		c.prog.leave()
 	}()
 	c.armDeadline()
 	var p2p []*Op
@@ -45,7 +46,7 @@ func (c *Comm) ctx(op *Op) *algo.Ctx {
 		Hdr: wire.Header{Kind: wire.KindColl, Coll: op.Coll, Dtype: uint8(op.Type), Op: op.wireOp(),
 			Root: int32(op.Root), Seq: c.seq, Count: uint64(op.Count)},
 		Scratch: c.scratchBuf,
-		Fail:    c.fail,
+		Fail:    func(err error) { c.fail(c.blame(err)) },
 	}
 }
 
@@ -69,7 +70,7 @@ func (c *Comm) collective(op *Op) (err error) {
 	sb, rb := c.sizes(op)
 	ch := c.plan.Pick(op.Coll, max(sb, rb))
 	if c.flight != nil {
-		slot := c.flight.begin(x.Hdr.Describe() + " via " + ch.String())
+		slot := c.flight.begin(flightEntry{hdr: x.Hdr, bytes: max(sb, rb), choice: ch})
 		defer func() { c.flight.end(slot, err) }()
 	}
 	if debuglog.Enabled(debuglog.Trace, debuglog.Tuning) {
@@ -90,6 +91,7 @@ func (c *Comm) collective(op *Op) (err error) {
 		err = status.Errorf(status.InternalError, "rank %d: no algorithm for %s", c.rank, op.Coll)
 	}
 	if err != nil { // name the call, so logs and messages say which one failed
+		err = c.blame(err)
 		return status.Errorf(status.CodeOf(err), "%s failed on rank %d: %w", x.Hdr.Describe(), c.rank, err)
 	}
 	return nil
@@ -174,21 +176,24 @@ func (c *Comm) pointToPoint(ops []*Op) error {
 func (c *Comm) p2p(op *Op) error {
 	peer := op.Root
 	h := wire.Header{Kind: wire.KindP2P, Coll: wire.SendRecv, Dtype: uint8(op.Type), Count: uint64(op.Count)}
+	seqs := c.recvSeq
+	if op.IsSend {
+		seqs = c.sendSeq
+	}
+	h.Seq = seqs[peer]
+	seqs[peer]++
 	var err error
 	if c.flight != nil {
-		slot := c.flight.begin(fmt.Sprintf("%s of %d %s with rank %d", op.name(), op.Count, op.Type, peer))
+		slot := c.flight.begin(flightEntry{hdr: h, send: op.IsSend, peer: peer, bytes: op.Count * op.Type.Size(), via: c.links[peer].Name()})
 		defer func() { c.flight.end(slot, err) }()
 	}
 	if op.IsSend {
-		h.Seq = c.sendSeq[peer]
-		c.sendSeq[peer]++
 		err = c.links[peer].Send(&h, op.send)
 	} else {
-		h.Seq = c.recvSeq[peer]
-		c.recvSeq[peer]++
 		err = c.links[peer].RecvInto(&h, op.recv)
 	}
 	if err != nil {
+		err = c.blame(err)
 		return status.Errorf(status.CodeOf(err), "%s #%d to/from rank %d failed on rank %d: %w", op.name(), h.Seq, peer, c.rank, err)
 	}
 	return nil

@@ -1,83 +1,257 @@
 package comm
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"gocl/runtime/config"
 	"gocl/runtime/debuglog"
+	"gocl/runtime/status"
+	"gocl/runtime/tune"
+	"gocl/runtime/wire"
 )
 
-// flightRecorder keeps the last operations of a communicator (GOCL_TRACE_BUFFER
-// of them) and prints them when the communicator fails: the calls each rank
-// made just before a hang or a mismatch are what a post-mortem needs.
+// flightRecorder keeps the last operations of a communicator
+// (GOCL_TRACE_BUFFER of them, or 1000 when only GOCL_TRACE_FILE is set):
+// the calls each rank made just before a hang or a mismatch are what a
+// post-mortem needs. When the communicator fails it prints them and, with
+// GOCL_TRACE_FILE, appends them to a file as JSON lines, which `gocl trace`
+// lines up across ranks; goclCommDumpTrace writes them on request. Entries
+// hold values, not text: recording a call costs two clock reads and a lock.
 type flightRecorder struct {
 	mu   sync.Mutex
 	ring []flightEntry
-	next int
+	next uint64
+
+	// fixed for the communicator's lifetime
+	comm       string // the communicator's id, equal on every rank
+	rank, size int
+	transports string // the transports of this rank's links
+	file       string // GOCL_TRACE_FILE with %r expanded ("": none)
 }
 
 type flightEntry struct {
-	what  string
-	start time.Time
-	took  time.Duration
-	err   error
-	done  bool
+	hdr    wire.Header // the call: kind, collective, dtype, op, root, seq, count
+	send   bool        // point-to-point: a send (else a receive)
+	peer   int         // point-to-point: the peer
+	bytes  int
+	choice tune.Choice // collectives: algorithm and protocol
+	via    string      // point-to-point: the link's transport
+	start  time.Time
+	took   time.Duration
+	err    error
+	done   bool
 }
 
-func newFlightRecorder(n int) *flightRecorder {
+// traceRecord is one line of a trace file (python/gocl/trace.py reads it).
+type traceRecord struct {
+	Comm      string  `json:"comm"`
+	Rank      int     `json:"rank"`
+	NRanks    int     `json:"nranks"`
+	Pid       int     `json:"pid"`
+	ID        uint64  `json:"id"` // record number on this rank's communicator
+	Op        string  `json:"op"` // allreduce, ..., send, recv
+	Seq       uint64  `json:"seq"`
+	Count     uint64  `json:"count"`
+	Dtype     string  `json:"dtype"`
+	RedOp     string  `json:"redop,omitempty"`
+	Root      *int    `json:"root,omitempty"`
+	Peer      *int    `json:"peer,omitempty"`
+	Bytes     int     `json:"bytes"`
+	Algorithm string  `json:"algorithm,omitempty"`
+	Transport string  `json:"transport"`
+	State     string  `json:"state"` // started, completed, failed
+	StartUs   int64   `json:"start_us"`
+	Duration  float64 `json:"duration_us"` // so far, for a call still running
+	Error     string  `json:"error,omitempty"`
+	Reason    string  `json:"dump_reason"` // why the file was written
+}
+
+func newFlightRecorder(c *Comm) *flightRecorder {
+	n := config.IntOr("TRACE_BUFFER", 0)
+	file := strings.TrimSpace(config.String("TRACE_FILE"))
+	if n <= 0 && file != "" {
+		n = 1000
+	}
 	if n <= 0 {
 		return nil
 	}
-	return &flightRecorder{ring: make([]flightEntry, n)}
+	sum := sha256.Sum256([]byte(c.key))
+	names := map[string]bool{}
+	for _, l := range c.links {
+		if l != nil {
+			names[l.Name()] = true
+		}
+	}
+	var ts []string
+	for n := range names {
+		ts = append(ts, n)
+	}
+	sort.Strings(ts)
+	if file != "" {
+		h, _ := os.Hostname()
+		file = strings.ReplaceAll(debuglog.ExpandFileName(strings.ReplaceAll(file, "%r", "\x00"), h, os.Getpid()), "\x00", strconv.Itoa(c.rank))
+	}
+	return &flightRecorder{ring: make([]flightEntry, n), comm: hex.EncodeToString(sum[:6]),
+		rank: c.rank, size: c.nranks, transports: strings.Join(ts, "+"), file: file}
 }
 
 // begin records a call and returns its slot for end.
-func (f *flightRecorder) begin(what string) int {
+func (f *flightRecorder) begin(e flightEntry) uint64 {
 	if f == nil {
 		return 0
 	}
+	e.start = time.Now()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	i := f.next % len(f.ring)
-	f.ring[i] = flightEntry{what: what, start: time.Now()}
+	k := f.next
+	f.ring[k%uint64(len(f.ring))] = e
 	f.next++
-	return i
+	return k
 }
 
-func (f *flightRecorder) end(i int, err error) {
+func (f *flightRecorder) end(k uint64, err error) {
 	if f == nil {
 		return
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	e := &f.ring[i]
+	if f.next-k > uint64(len(f.ring)) {
+		return // evicted already (a ring smaller than one group)
+	}
+	e := &f.ring[k%uint64(len(f.ring))]
 	e.took, e.err, e.done = time.Since(e.start), err, true
 }
 
-// dump writes the report whatever GOCL_DEBUG says.
-func (f *flightRecorder) dump(rank int, cause error) {
-	if f != nil {
-		debuglog.Dump(rank, f.report(cause))
+// records renders the kept calls, oldest first.
+func (f *flightRecorder) records(reason string) []traceRecord {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := min(f.next, uint64(len(f.ring)))
+	out := make([]traceRecord, 0, n)
+	now := time.Now()
+	for k := f.next - n; k < f.next; k++ {
+		e := f.ring[k%uint64(len(f.ring))]
+		r := traceRecord{Comm: f.comm, Rank: f.rank, NRanks: f.size, Pid: os.Getpid(), ID: k, Seq: e.hdr.Seq,
+			Count: e.hdr.Count, Dtype: wire.DtypeName(e.hdr.Dtype), Bytes: e.bytes, Transport: f.transports,
+			State: "started", StartUs: e.start.UnixMicro(), Duration: float64(now.Sub(e.start).Nanoseconds()) / 1e3, Reason: reason}
+		if e.hdr.Kind == wire.KindP2P {
+			r.Op, r.Peer, r.Transport = "recv", &e.peer, e.via
+			if e.send {
+				r.Op = "send"
+			}
+		} else {
+			r.Op, r.Algorithm = e.hdr.Coll.String(), e.choice.String()
+			switch e.hdr.Coll {
+			case wire.AllReduce, wire.Reduce, wire.ReduceScatter:
+				r.RedOp = wire.OpName(e.hdr.Op)
+			}
+			switch e.hdr.Coll {
+			case wire.Broadcast, wire.Reduce, wire.Gather, wire.Scatter:
+				root := int(e.hdr.Root)
+				r.Root = &root
+			}
+		}
+		if e.done {
+			r.State, r.Duration = "completed", float64(e.took.Nanoseconds())/1e3
+			if e.err != nil {
+				r.State, r.Error = "failed", e.err.Error()
+			}
+		}
+		out = append(out, r)
 	}
+	return out
+}
+
+// describe is one record in words, for the log.
+func (r *traceRecord) describe() string {
+	s := fmt.Sprintf("%s #%d (count %d, %s", r.Op, r.Seq, r.Count, r.Dtype)
+	if r.RedOp != "" {
+		s += ", " + r.RedOp
+	}
+	if r.Root != nil {
+		s += fmt.Sprintf(", root %d", *r.Root)
+	}
+	if r.Peer != nil {
+		s += fmt.Sprintf(", rank %d", *r.Peer)
+	}
+	s += ")"
+	if r.Algorithm != "" {
+		s += " via " + r.Algorithm
+	}
+	return s + " over " + r.Transport
 }
 
 // report lists the recorded calls, oldest first.
 func (f *flightRecorder) report(cause error) []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n := min(f.next, len(f.ring))
-	lines := []string{fmt.Sprintf("flight recorder: last %d calls before: %v", n, cause)}
-	for k := f.next - n; k < f.next; k++ {
-		e := f.ring[k%len(f.ring)]
+	recs := f.records("")
+	lines := []string{fmt.Sprintf("flight recorder: last %d calls before: %v", len(recs), cause)}
+	for _, r := range recs {
 		state := "in progress"
-		if e.done {
-			state = fmt.Sprintf("took %v", e.took.Round(time.Microsecond))
-			if e.err != nil {
+		if r.State != "started" {
+			state = fmt.Sprintf("took %v", time.Duration(r.Duration*1e3).Round(time.Microsecond))
+			if r.State == "failed" {
 				state += ", failed"
 			}
 		}
-		lines = append(lines, fmt.Sprintf("  %s  %s  (%s)", e.start.Format("15:04:05.000000"), e.what, state))
+		lines = append(lines, fmt.Sprintf("  %s  %s  (%s)", time.UnixMicro(r.StartUs).Format("15:04:05.000000"), r.describe(), state))
 	}
 	return lines
+}
+
+// dump prints the report whatever GOCL_DEBUG says, and appends the records
+// to the trace file if there is one.
+func (f *flightRecorder) dump(cause error) {
+	if f == nil {
+		return
+	}
+	debuglog.Dump(f.rank, f.report(cause))
+	if f.file != "" {
+		if err := f.write(f.file, "failure: "+cause.Error()); err != nil {
+			debuglog.Warnf(debuglog.Init, f.rank, "flight recorder: %v", err)
+		}
+	}
+}
+
+// write appends the records to path as JSON lines, in one write so that
+// ranks sharing a file do not interleave their lines.
+func (f *flightRecorder) write(path, reason string) error {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	for _, r := range f.records(reason) {
+		enc.Encode(r)
+	}
+	out, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return status.Errorf(status.SystemError, "rank %d: cannot write the trace file (GOCL_TRACE_FILE): %v", f.rank, err)
+	}
+	defer out.Close()
+	if _, err := out.Write([]byte(b.String())); err != nil {
+		return status.Errorf(status.SystemError, "rank %d: writing the trace file %s failed: %v", f.rank, path, err)
+	}
+	return nil
+}
+
+// DumpTrace writes this rank's flight recorder to path (empty: the file
+// GOCL_TRACE_FILE names) as JSON lines, for `gocl trace`.
+func (c *Comm) DumpTrace(path string) error {
+	if c.flight == nil {
+		return status.Errorf(status.InvalidUsage,
+			"rank %d: the flight recorder is off: set GOCL_TRACE_BUFFER (calls to keep) or GOCL_TRACE_FILE before creating the communicator", c.rank)
+	}
+	if path == "" {
+		path = c.flight.file
+	}
+	if path == "" {
+		return status.Errorf(status.InvalidArgument, "rank %d: no trace file: pass a path or set GOCL_TRACE_FILE before creating the communicator", c.rank)
+	}
+	return c.flight.write(path, "requested")
 }

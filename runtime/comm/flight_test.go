@@ -1,27 +1,107 @@
 package comm
 
 import (
+	"bufio"
+	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+
+	"gocl/runtime/tune"
+	"gocl/runtime/wire"
 )
 
 func TestFlightRecorderKeepsTheLastCalls(t *testing.T) {
-	f := newFlightRecorder(3)
-	for _, what := range []string{"a", "b", "c", "d"} {
-		f.end(f.begin(what), nil)
+	f := &flightRecorder{ring: make([]flightEntry, 3), transports: "shm"}
+	for seq := range 4 {
+		f.end(f.begin(flightEntry{hdr: wire.Header{Kind: wire.KindColl, Coll: wire.AllReduce, Seq: uint64(seq), Count: 5},
+			choice: tune.Choice{Algo: tune.Ring}}), nil)
 	}
-	f.begin("e") // still running when the comm fails
+	f.begin(flightEntry{hdr: wire.Header{Kind: wire.KindColl, Coll: wire.Broadcast, Seq: 4}}) // running when the comm fails
 	got := strings.Join(f.report(errors.New("boom")), "\n")
-	for _, want := range []string{"last 3 calls before: boom", "c  (took", "d  (took", "e  (in progress)"} {
+	for _, want := range []string{"last 3 calls before: boom", "allreduce #2 (count 5", "allreduce #3", "via ring/", "over shm",
+		"broadcast #4 (count 0, int8, root 0) via ring/Simple over shm  (in progress)"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("report lacks %q:\n%s", want, got)
 		}
 	}
-	if strings.Contains(got, "  a  ") || strings.Contains(got, "  b  ") {
+	if strings.Contains(got, "#0") || strings.Contains(got, "#1 ") {
 		t.Errorf("report kept evicted calls:\n%s", got)
 	}
-	var off *flightRecorder // GOCL_TRACE_BUFFER unset: every method is a no-op
-	off.end(off.begin("x"), nil)
-	off.dump(0, nil)
+	var off *flightRecorder // tracing off: every method is a no-op
+	off.end(off.begin(flightEntry{}), nil)
+	off.dump(nil)
+}
+
+// With GOCL_TRACE_FILE set, a failure writes each rank's calls as JSON
+// lines (the failing call still "started"), and DumpTrace writes them on request.
+func TestTraceFileOnFailureAndOnRequest(t *testing.T) {
+	dir := t.TempDir()
+	setEnv(t, "GOCL_TRACE_FILE", filepath.Join(dir, "trace-%r.jsonl"), "GOCL_TIMEOUT", "5")
+	comms, err := InitAll(2, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := comms[0].DumpTrace(filepath.Join(dir, "early.jsonl")); err != nil { // nothing recorded yet: an empty file
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			allReduce(c, 10)
+			allReduce(c, 100+i) // counts differ: both ranks fail
+		}()
+	}
+	wg.Wait()
+	for r := range comms {
+		recs := readTrace(t, filepath.Join(dir, "trace-"+string(rune('0'+r))+".jsonl"))
+		if len(recs) != 3 { // init's own allgather, then the two calls
+			t.Fatalf("rank %d: %d records, want 3: %+v", r, len(recs), recs)
+		}
+		ok, bad := recs[1], recs[2]
+		if ok.Op != "allreduce" || ok.Seq != 1 || ok.Count != 10 || ok.State != "completed" || ok.Dtype != "float32" ||
+			ok.RedOp != "sum" || ok.Algorithm == "" || ok.Transport != "inproc" || ok.NRanks != 2 || ok.Rank != r {
+			t.Errorf("rank %d: first record %+v", r, ok)
+		}
+		if bad.Seq != 2 || bad.Count != uint64(100+r) || bad.State != "started" || !strings.Contains(bad.Reason, "disagree") ||
+			!strings.HasPrefix(bad.Reason, "failure: ") || bad.Comm != ok.Comm {
+			t.Errorf("rank %d: second record %+v", r, bad)
+		}
+	}
+	for _, c := range comms {
+		c.Abort()
+	}
+	setEnv(t, "GOCL_TRACE_FILE", "")
+	plain, err := InitAll(1, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plain[0].DumpTrace(filepath.Join(dir, "x")); err == nil || !strings.Contains(err.Error(), "GOCL_TRACE_BUFFER") {
+		t.Errorf("DumpTrace with the recorder off: %v, want an error naming GOCL_TRACE_BUFFER", err)
+	}
+	plain[0].Destroy()
+}
+
+func readTrace(t *testing.T, path string) []traceRecord {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []traceRecord
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r traceRecord
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("%s: %v: %s", path, err, sc.Text())
+		}
+		out = append(out, r)
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package comm
 
 import (
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -198,6 +199,100 @@ func TestProcessKilledMidAllReduce(t *testing.T) {
 	}
 }
 
+// One rank of three is stopped (SIGSTOP) or killed in a loop of ring
+// allreduces: every survivor's error names it, with errors.As finding the
+// rank, even the rank whose neighbour was itself only waiting (the root of
+// the wait chain, not the neighbour).
+func TestProcessCulpritIsNamedEverywhere(t *testing.T) {
+	const n, victim = 3, 2
+	cases := []struct{ via, signal string }{{"shm", "stop"}, {"socket", "stop"}, {"socket", "kill"}}
+	if testing.Short() {
+		cases = cases[1:2]
+	}
+	for _, k := range cases {
+		t.Run(k.via+"/"+k.signal, func(t *testing.T) {
+			dir := t.TempDir()
+			id, err := NewUniqueID()
+			if err != nil {
+				t.Fatal(err)
+			}
+			env := []string{childEnv + "=culprit", "GOCL_TEST_ID=" + hex.EncodeToString(id[:]), "GOCL_TEST_DIR=" + dir,
+				"GOCL_TIMEOUT=2", "GOCL_ALGO=ring", fmt.Sprintf("GOCL_TEST_NRANKS=%d", n), fmt.Sprintf("GOCL_TEST_CULPRIT=%d", victim)}
+			if k.via == "socket" {
+				env = append(env, "GOCL_SHM_DISABLE=1")
+			}
+			cmds := make([]*exec.Cmd, n)
+			outs := make([]strings.Builder, n)
+			errs := make([]error, n)
+			exited := make([]time.Time, n)
+			done := make([]chan struct{}, n)
+			var wg sync.WaitGroup
+			for r := range cmds {
+				cmd := exec.Command(os.Args[0], "-test.run=^TestChildRank$", "-test.count=1")
+				cmd.Env = append(append(os.Environ(), env...), fmt.Sprintf("GOCL_TEST_RANK=%d", r), "GOCL_TEST_VIA="+k.via)
+				cmd.Stdout, cmd.Stderr = &outs[r], &outs[r]
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				cmds[r] = cmd
+				done[r] = make(chan struct{})
+				wg.Add(1)
+				go func() { defer wg.Done(); errs[r] = cmd.Wait(); exited[r] = time.Now(); close(done[r]) }()
+			}
+			defer func() {
+				cmds[victim].Process.Kill()
+				wg.Wait()
+			}()
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				ready := 0
+				for r := range n {
+					if _, err := os.Stat(fmt.Sprintf("%s/ready-%d", dir, r)); err == nil {
+						ready++
+					}
+				}
+				if ready == n {
+					break
+				}
+				if time.Now().After(deadline) {
+					for _, c := range cmds {
+						c.Process.Kill()
+					}
+					t.Fatal("ranks did not start looping within 30 s")
+				}
+			}
+			hit := time.Now()
+			if k.signal == "stop" {
+				cmds[victim].Process.Signal(syscall.SIGSTOP)
+			} else {
+				cmds[victim].Process.Signal(syscall.SIGKILL)
+			}
+			for r := range n {
+				if r == victim {
+					continue
+				}
+				select {
+				case <-done[r]:
+				case <-time.After(20 * time.Second):
+					t.Errorf("rank %d still running 20 s after the %s", r, k.signal)
+					continue
+				}
+				if errs[r] != nil {
+					t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r].String())
+					continue
+				}
+				if d := exited[r].Sub(hit); d > 6*time.Second {
+					t.Errorf("rank %d failed %v after the %s (GOCL_TIMEOUT=2)", r, d, k.signal)
+				}
+				for _, line := range strings.Split(outs[r].String(), "\n") {
+					if strings.Contains(line, ", call ") {
+						t.Logf("rank %d after %v: %s", r, exited[r].Sub(hit).Round(time.Millisecond), strings.TrimSpace(line))
+					}
+				}
+			}
+		})
+	}
+}
+
 // A rank that exits right after init: every survivor's next call fails
 // quickly with an error naming it, well before GOCL_TIMEOUT.
 func TestProcessDeathIsReported(t *testing.T) {
@@ -290,6 +385,24 @@ func TestChildRank(t *testing.T) {
 				fmt.Fprintf(os.Stderr, "rank %d, call %d: %v\n", rank, i, err)
 				if status.CodeOf(err) != status.RemoteError || !strings.Contains(err.Error(), "rank 1") {
 					t.Fatalf("rank %d: want a remote error naming rank 1, got %v", rank, err)
+				}
+				c.Abort()
+				return
+			}
+			if i == 0 {
+				os.WriteFile(fmt.Sprintf("%s/ready-%d", os.Getenv("GOCL_TEST_DIR"), rank), nil, 0o644)
+			}
+		}
+	case "culprit":
+		culprit, _ := strconv.Atoi(os.Getenv("GOCL_TEST_CULPRIT"))
+		buf := make([]byte, 4*4096)
+		for i := 0; ; i++ {
+			err := c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(buf), Recv: ptr(buf), Count: 4096, Type: kernels.Float32})
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "rank %d, call %d: %v\n", rank, i, err)
+				var te *transport.Error
+				if !errors.As(err, &te) || te.Peer != culprit || strings.Count(err.Error(), fmt.Sprintf("rank %d", rank)) != 1 {
+					t.Fatalf("rank %d: want an error blaming rank %d (found by errors.As) that names rank %d once, got %v", rank, culprit, rank, err)
 				}
 				c.Abort()
 				return

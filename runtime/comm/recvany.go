@@ -46,10 +46,12 @@ func (c *Comm) RecvAny(buf unsafe.Pointer, count int, typ kernels.DataType) (pee
 	c.waitQueued()
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
+	c.prog.enter()
 	defer func() {
 		if err != nil {
-			c.fail(err)
+			c.fail(err) // before leaving: a probe must not see an idle rank without its verdict
 		}
+		c.prog.leave()
 	}()
 	deadline := c.armDeadline()
 	waiting := func(p int) bool {

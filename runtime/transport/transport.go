@@ -7,7 +7,6 @@ package transport
 import (
 	"time"
 
-	"gocl/runtime/status"
 	"gocl/runtime/wire"
 )
 
@@ -39,38 +38,4 @@ type Link interface {
 	// peer receiving anything (the kernel buffers them), so they may be done
 	// inline by a rank that receives only afterwards.
 	Buffered(n int) bool
-}
-
-// PeerClosed is the error for a peer that went away.
-func PeerClosed(self, peer int, detail string) error {
-	return status.Errorf(status.RemoteError,
-		"rank %d: connection to rank %d lost (%s): rank %d exited, crashed, aborted its communicator or failed an earlier operation",
-		self, peer, detail, peer)
-}
-
-// PeerFailed is the error for a peer that aborted and said why.
-func PeerFailed(self, peer int, reason string) error {
-	return status.Errorf(status.RemoteError, "rank %d: rank %d failed and closed its connection: %s", self, peer, reason)
-}
-
-// TimedOut is the error for a wait that passed its deadline.
-func TimedOut(self, peer int, what string) error {
-	return status.Errorf(status.Timeout,
-		"rank %d: timed out: no progress from rank %d within the communicator's timeout (GOCL_TIMEOUT, or the timeout given at init) while %s: rank %d is stuck, too slow, or not making the same call (raise the timeout if it is only slow)",
-		self, peer, what, peer)
-}
-
-// Aborted is the error for calls on a link closed by its own side.
-func Aborted(self, peer int) error {
-	return status.Errorf(status.RemoteError,
-		"rank %d: the communicator was aborted (or failed) while talking to rank %d", self, peer)
-}
-
-// CheckFrame validates a received header against the expected one and wraps
-// a disagreement as a remote error.
-func CheckFrame(want, got *wire.Header, self, peer int) error {
-	if err := wire.Match(want, got, self, peer); err != nil {
-		return status.Errorf(status.RemoteError, "%w", err)
-	}
-	return nil
 }

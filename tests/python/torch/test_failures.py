@@ -40,3 +40,36 @@ def test_dead_peer_fails_the_survivor():
         for _ in range(100):  # the first calls may still be buffered
             dist.all_reduce(torch.ones(1 << 20))
     os._exit(0)
+
+
+@pytest.mark.ranks(2)
+def test_abort_from_another_thread_unblocks_a_stuck_all_reduce():
+    import threading
+    import time
+
+    dist.init_process_group("gocl", timeout=datetime.timedelta(seconds=60))
+    rank = dist.get_rank()
+    dist.all_reduce(torch.ones(3))
+    if rank == 1:  # never joins the next call; leaves once rank 0 is done
+        time.sleep(2.5)
+        os._exit(0)
+    out = {}
+
+    def stuck():
+        try:
+            dist.all_reduce(torch.ones(1 << 16))
+        except Exception as e:  # noqa: BLE001 - whatever torch wraps it in
+            out["err"] = e
+        out["t"] = time.monotonic()
+
+    t = threading.Thread(target=stuck)
+    t.start()
+    time.sleep(0.3)
+    assert t.is_alive()
+    start = time.monotonic()
+    dist.group.WORLD._get_backend(torch.device("cpu")).abort()
+    t.join(5)
+    assert not t.is_alive(), "abort() did not unblock the all_reduce"
+    assert out["t"] - start < 1.0, f"abort() took {out['t'] - start:.2f} s"
+    assert "abort" in str(out.get("err")), out
+    os._exit(0)  # skip destroy/atexit: the group is aborted
