@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -83,8 +84,24 @@ func offer(me *bootstrap.PeerInfo) {
 // some pairs of one host onto sockets.
 var testShmDomain func(rank int, domain string) string
 
+// hostID tells machines apart: ranks with the same hostID share a host (a
+// node, for topology). The network namespace is part of it: containers or
+// `ip netns` "hosts" on one kernel share the hostname and boot id, yet
+// reach each other only over their own interfaces, as real hosts do.
+func hostID() string {
+	h, _ := os.Hostname()
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	id := h + "/" + strings.TrimSpace(string(boot))
+	var st syscall.Stat_t
+	if err := syscall.Stat("/proc/self/ns/net", &st); err == nil {
+		id += fmt.Sprintf("/net:%d", st.Ino)
+	}
+	return id
+}
+
 // shmDomain names where this process can map a peer's segment: the same
-// host (boot), IPC and pid namespaces (the peer's segment is opened through
+// host (boot and network namespace: ranks in other network namespaces are
+// other hosts, even on this kernel), IPC and pid namespaces (the peer's segment is opened through
 // /proc/PID/fd) and user. Empty when a namespace cannot be read.
 func shmDomain() string {
 	var ids []uint64
