@@ -29,6 +29,9 @@ type connector struct {
 	can  func(a, b *bootstrap.PeerInfo) bool
 	// tcp: the transport needs the pair's TCP connections from the mesh.
 	tcp bool
+	// fallible: connect may return errFallback, so the pair may need the
+	// next candidate's connections too.
+	fallible bool
 	// connect makes this rank's end. An error wrapping errFallback (both
 	// ends get it) passes the pair to the next transport that can take it.
 	connect func(c *Comm, peer int, conns []net.Conn, deadline time.Time) (transport.Link, error)
@@ -41,7 +44,7 @@ var connectors = []connector{
 		connect: func(c *Comm, p int, _ []net.Conn, _ time.Time) (transport.Link, error) {
 			return inproc.Connect(c.key, c.rank, p), nil
 		}},
-	{name: "shm", tcp: true, can: func(a, b *bootstrap.PeerInfo) bool { return a.Shm != "" && a.Shm == b.Shm },
+	{name: "shm", tcp: true, fallible: true, can: func(a, b *bootstrap.PeerInfo) bool { return a.Shm != "" && a.Shm == b.Shm },
 		connect: func(c *Comm, p int, conns []net.Conn, deadline time.Time) (transport.Link, error) {
 			l, err := shm.Connect(conns[0], c.rank, p, c.peers[p].Pid,
 				shm.Options{Oversubscribed: c.localRanks > runtime.NumCPU()}, deadline)
@@ -121,10 +124,15 @@ func shmDomain() string {
 func (c *Comm) connect(ln net.Listener, secret []byte, deadline time.Time) error {
 	me := &c.peers[c.rank]
 	cands := make([][]*connector, c.nranks)
+	// A pair gets TCP connections only when a transport it may end up on
+	// needs them (in-process pairs never fall back from inproc).
 	tcp := func(p int) bool {
 		for _, k := range cands[p] {
 			if k.tcp {
 				return true
+			}
+			if !k.fallible {
+				return false
 			}
 		}
 		return false
@@ -149,6 +157,11 @@ func (c *Comm) connect(ln net.Listener, secret []byte, deadline time.Time) error
 		for _, k := range cands[p] {
 			l, err := k.connect(c, p, conns[p], deadline)
 			if err == nil {
+				if !k.tcp { // connections a fallback would have used
+					for _, x := range conns[p] {
+						x.Close()
+					}
+				}
 				c.links[p] = l
 				return nil
 			}

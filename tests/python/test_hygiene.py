@@ -4,8 +4,11 @@ File descriptors, threads, shared-memory segments (memfd mappings, /dev/shm
 entries) and listening ports return to their counts after destroy, after
 abort (also while the peers wait in a collective), and after a peer is
 killed; many collectives and init/destroy cycles keep resident memory flat.
-Short here; GOCL_TEST_LONG=1 (`make test-reliability`) runs 100,000
-collectives and 1,000 init/destroy cycles and prints the slopes.
+Short here (growth after a warm-up under 4 MiB per process);
+GOCL_TEST_LONG=1 (`make test-reliability`) runs 100,000 collectives and 1,000
+init/destroy cycles and bounds the slopes of private RSS (RssAnon; the
+shared-memory rings' pages, RssShmem, are resident once touched and bounded
+by the rings' size, so they are reported, not fitted).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import gocl
 HERE = Path(__file__).resolve().parent
 LONG = os.environ.get("GOCL_TEST_LONG") == "1"
 WORLD = 3
+THREAD_SLACK = 2
 
 
 def _listening_inodes() -> set[str]:
@@ -66,13 +70,16 @@ def rss_kib(pid: int | str = "self") -> tuple[int, int]:
 
 
 def settle(base: dict[str, int], what: str) -> None:
-    """Counts return to base (released resources may close a moment later);
-    threads may only fall (Go keeps idle OS threads: the base is taken after
-    a warm-up cycle, so a leak still shows as growth)."""
+    """Counts return to base (released resources may close a moment later).
+    OS threads are the Go runtime's: it keeps idle ones for reuse and may
+    start one more when a wait meets a busy machine, so they are bounded
+    (base + THREAD_SLACK, base taken after a warm-up cycle) rather than
+    returned; goroutines are counted exactly in runtime/comm's Go test."""
     deadline = time.monotonic() + 5
     while True:
         now = counts()
-        diff = {k: (base[k], now[k]) for k in base if (now[k] > base[k] if k == "threads" else now[k] != base[k])}
+        diff = {k: (base[k], now[k]) for k in base
+                if (now[k] > base[k] + THREAD_SLACK if k == "threads" else now[k] != base[k])}
         if not diff or time.monotonic() > deadline:
             break
         time.sleep(0.05)
@@ -190,6 +197,12 @@ def slope(samples: list[tuple[int, int]]) -> float:
 
 def test_memory_stays_flat(peers):
     calls, cycles = (100_000, 1_000) if LONG else (4_000, 40)
+    for _ in range(3):  # warm-up: Python's and Go's allocators reach their working sizes
+        comm = init(peers)
+        all_reduces(comm, peers, 1000, 8)
+        comm.destroy()
+        peers.send("destroy")
+        peers.replies()
     comm = init(peers)
     pids = ["self", peers.procs[0].pid, peers.procs[1].pid]
     step = calls // 20
@@ -223,8 +236,10 @@ def test_memory_stays_flat(peers):
         report.append(f"{names[p]}: private RSS {per_call:+.2f} KiB per 1,000 collectives (ends at {anon_calls[-1][1]} KiB), "
                       f"{per_cycle:+.2f} KiB per init/destroy cycle (ends at {anon_cycles[-1][1]} KiB); "
                       f"shared-memory rings resident at most {shm} KiB")
-        # Flat: under 2 KiB per 1,000 calls and 4 KiB per cycle (a leaked segment or
-        # buffer per cycle is far more: the data ring alone is 1 MiB).
-        flat &= per_call < 2 and per_cycle < 4
+        if LONG:  # flat: under 2 KiB per 1,000 calls and 4 KiB per cycle (one leaked data ring is 1 MiB)
+            flat &= per_call < 2 and per_cycle < 4
+        else:  # too short for a slope (the GC's sawtooth is ~1 MiB): bound the growth instead
+            anon = [a for _, a in anon_calls + anon_cycles]
+            flat &= max(anon) - anon[0] < 4096
     print("\n".join(["", f"memory over {calls} collectives and {cycles} init/destroy cycles:", *report]))
     assert flat, "\n".join(report)
