@@ -149,6 +149,10 @@ def main() -> int:
         "",
         f"ratio = gocl busbw / raw one stream = **{ratio:.2f}** (goal ≥ 0.8: {'met' if ratio >= 0.8 else 'not met'}).",
         "",
+        f"A 2-rank ring all-reduce moves its whole size each way at once, so where the link is bound by CPU "
+        f"(a veth pair is: the kernel copies on the cores the ranks use) the other anchor is one direction of "
+        f"the both-ways run: gocl busbw / (both ways / 2) = {med['busbw_GBps'] / (med['raw_both_ways_GBps'] / 2):.2f}.",
+        "",
     ]
     Path(args.markdown).write_text("\n".join(md))
     print("\n".join(md))
