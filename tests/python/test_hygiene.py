@@ -196,10 +196,10 @@ def slope(samples: list[tuple[int, int]]) -> float:
 
 
 def test_memory_stays_flat(peers):
-    calls, cycles = (100_000, 1_000) if LONG else (4_000, 40)
-    for _ in range(3):  # warm-up: Python's and Go's allocators reach their working sizes
+    calls, cycles = (100_000, 1_000) if LONG else (2_000, 20)
+    for _ in range(2):  # warm-up: Python's and Go's allocators reach their working sizes
         comm = init(peers)
-        all_reduces(comm, peers, 1000, 8)
+        all_reduces(comm, peers, 500, 8)
         comm.destroy()
         peers.send("destroy")
         peers.replies()

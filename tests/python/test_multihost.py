@@ -87,7 +87,7 @@ def _start_ranks(hosts, mode: str, **extra: str) -> list[subprocess.Popen]:
     return procs
 
 
-TIMEOUT = 3.0
+TIMEOUT = 2.0
 
 
 @pytest.fixture(scope="module")
