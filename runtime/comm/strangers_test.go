@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"os"
@@ -85,6 +86,7 @@ func TestStrangersOnEveryPort(t *testing.T) {
 			setEnv(t, append([]string{"GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "20",
 				"GOCL_DEBUG", "WARN", "GOCL_DEBUG_FILE", logFile}, via.env...)...)
 			before, attacked := listeningPorts(t), map[int]bool{}
+			var held []net.Conn // the strangers' connections
 			id, err := NewUniqueID()
 			if err != nil {
 				t.Fatal(err)
@@ -110,6 +112,7 @@ func TestStrangersOnEveryPort(t *testing.T) {
 					for _, p := range fresh {
 						for _, c := range strangers(t, fmt.Sprintf("127.0.0.1:%d", p)) {
 							defer c.Close()
+							held = append(held, c)
 						}
 						attacked[p] = true
 					}
@@ -128,6 +131,15 @@ func TestStrangersOnEveryPort(t *testing.T) {
 			for r, err := range errs {
 				if err != nil {
 					t.Fatalf("rank %d: %v", r, err)
+				}
+			}
+			// gocl lets go of every stranger once init is done (not at the 10 s
+			// handshake limit): each one reads end of file or a reset.
+			for i, c := range held {
+				c.SetReadDeadline(time.Now().Add(2 * time.Second))
+				_, err := io.Copy(io.Discard, c)
+				if ne, ok := err.(net.Error); ok && ne.Timeout() {
+					t.Errorf("stranger %d (%s -> %s) is still held open after init", i, c.LocalAddr(), c.RemoteAddr())
 				}
 			}
 			if len(attacked) != n {
