@@ -16,7 +16,7 @@ PYPERF  := python/gocl/_native/gocl-perf
 PERF_SOURCES := bench/gocl_perf.c bench/perf_common.h tests/c/launch.c tests/c/launch.h capi/gocl.h
 DOCTOR_SOURCES := $(shell find cmd/gocl-doctor doctor -type f 2>/dev/null) go.mod $(wildcard go.sum)
 
-.PHONY: help lib run perf test test-go test-race test-c test-python test-torch27 test-torch-upstream test-torch-upstream-short venv pylib fuzz bench mpi clean wheels wheel-tools qemu test-sdist
+.PHONY: help lib run perf test test-go test-race test-c test-python test-torch27 test-torch-upstream test-torch-upstream-short venv pylib fuzz fuzz-short test-reliability bench mpi clean wheels wheel-tools qemu test-sdist
 
 help:
 	@echo "make run    - set up .venv, then the main job: examples/ddp_train.py (DDP) on 4 local ranks over gocl, then gloo"
@@ -27,7 +27,8 @@ help:
 	@echo "make test-torch-upstream - torch's own distributed test suite on gocl, 2 ranks (long; make test runs a subset)"
 	@echo "make test-python - the Python suite (numpy API, launcher, pytest plugin, packaging, torch backend) in $(VENV)"
 	@echo "make bench  - gocl vs OpenMPI allreduce side by side, 2 and 4 ranks, checked against the goals (installs OpenMPI if missing)"
-	@echo "make fuzz   - run each fuzz target for FUZZTIME (default 30s)"
+	@echo "make fuzz   - run each fuzz target (Go, and from_env's id exchange) for FUZZTIME (default 30s)"
+	@echo "make test-reliability - multi-host over network namespaces (also torchrun), resource hygiene over 100,000 calls (long)"
 	@echo "make wheels - release files in $(DIST)/: the sdist and manylinux_2_17 wheels for x86_64 and aarch64, each checked"
 	@echo "make test-sdist - install the sdist where PATH has no Go and no C compiler (minutes)"
 
@@ -112,9 +113,14 @@ perf: $(BUILD)/gocl-perf
 
 test: test-go test-race test-c test-python test-torch27 test-torch-upstream-short
 
-test-go:
+test-go: fuzz-short
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
+
+# Each Go fuzz target briefly (make test); make fuzz runs them for FUZZTIME.
+GO_FUZZ := FuzzDecode:./runtime/wire FuzzReadMsg:./runtime/bootstrap FuzzSettings:./runtime/config
+fuzz-short:
+	@for t in $(GO_FUZZ); do $(GO) test -run XXX -fuzz $${t%%:*} -fuzztime 1s $${t#*:} || exit 1; done
 
 # The race detector is slow: -short trims the big matrices, and it covers
 # what libgocl.so links (the doctor's own packages run in test-go).
@@ -158,9 +164,15 @@ test-torch-upstream-short: venv $(VENV)/.upstream-deps
 	$(PY) -m pytest tests/torch_upstream -q --upstream-short
 
 FUZZTIME ?= 30s
-fuzz:
-	$(GO) test -run XXX -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./runtime/wire
-	$(GO) test -run XXX -fuzz FuzzReadMsg -fuzztime $(FUZZTIME) ./runtime/bootstrap
+fuzz: venv
+	@for t in $(GO_FUZZ); do $(GO) test -run XXX -fuzz $${t%%:*} -fuzztime $(FUZZTIME) $${t#*:} || exit 1; done
+	GOCL_FUZZ_SECONDS=$(FUZZTIME:s=) $(PY) -m pytest tests/python/test_fuzz_from_env.py -q
+
+# The long reliability checks: multi-host over network namespaces with
+# torchrun too, and resource hygiene over 100,000 calls and 1,000 inits
+# (make test runs the short versions).
+test-reliability: venv
+	GOCL_TEST_LONG=1 $(PY) -m pytest tests/python/test_multihost.py tests/python/test_hygiene.py -q
 
 # gocl-perf against OpenMPI's MPI_Allreduce, alternated; writes bench/RESULTS.md,
 # bench/results.json (and bench/busbw.png with matplotlib). BENCH_ARGS: see

@@ -21,8 +21,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.nproc < 1:
         print(f"gocl run: -n must be at least 1, got {args.nproc}", file=sys.stderr)
         return 2
-    return launch(cmd, args.nproc, master_addr=args.master_addr, master_port=args.master_port,
-                  prefix=not args.no_prefix, grace=args.grace)
+    if args.nnodes < 1:
+        print(f"gocl run: --nnodes must be at least 1, got {args.nnodes}", file=sys.stderr)
+        return 2
+    if not 0 <= args.node_rank < args.nnodes:
+        print(f"gocl run: --node-rank is {args.node_rank} but --nnodes is {args.nnodes}: "
+              f"pass one in [0, {args.nnodes - 1}]", file=sys.stderr)
+        return 2
+    if args.nnodes > 1 and args.master_addr is None:
+        print("gocl run: --nnodes > 1 needs --master-addr (the address of node 0, reachable from every node)",
+              file=sys.stderr)
+        return 2
+    return launch(cmd, args.nproc, master_addr=args.master_addr or "127.0.0.1", master_port=args.master_port,
+                  prefix=not args.no_prefix, grace=args.grace, nnodes=args.nnodes, node_rank=args.node_rank)
 
 
 def _cmd_version(args: argparse.Namespace) -> int:
@@ -69,14 +80,21 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     run = sub.add_parser(
-        "run", help="start N local ranks of a program (torchrun-style environment)",
+        "run", help="start N local ranks of a program (torchrun-style environment), on one node or several",
         description="Start N local ranks of cmd with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, "
                     "MASTER_ADDR and MASTER_PORT set; prefix their output with [rank i]; when one fails, stop the "
                     "others and exit with its code. A cmd ending in .py runs with this Python.")
     run.add_argument("-n", "--nproc", "--nproc-per-node", "--nproc_per_node", dest="nproc", type=int, required=True,
-                     help="number of ranks")
-    run.add_argument("--master-addr", default="127.0.0.1", help="MASTER_ADDR (default 127.0.0.1)")
-    run.add_argument("--master-port", type=int, default=None, help="MASTER_PORT (default: a free port)")
+                     help="number of ranks (per node)")
+    run.add_argument("--nnodes", type=int, default=1,
+                     help="number of nodes (hosts); run gocl run once on each, with the same --master-addr/--master-port "
+                          "and -n (default 1)")
+    run.add_argument("--node-rank", "--node_rank", dest="node_rank", type=int, default=0,
+                     help="this node's index in [0, nnodes): its ranks are node_rank*n .. node_rank*n+n-1 (default 0)")
+    run.add_argument("--master-addr", "--master_addr", dest="master_addr", default=None,
+                     help="MASTER_ADDR: node 0's address (default 127.0.0.1; required with --nnodes > 1)")
+    run.add_argument("--master-port", "--master_port", dest="master_port", type=int, default=None,
+                     help="MASTER_PORT (default: a free port; with --nnodes > 1, 29500 as torchrun)")
     run.add_argument("--no-prefix", action="store_true", help="do not prefix output lines with [rank i]")
     run.add_argument("--grace", type=float, default=5.0,
                      help="seconds the other ranks get after SIGTERM before SIGKILL, when one fails (default 5)")

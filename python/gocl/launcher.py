@@ -1,10 +1,14 @@
 """``gocl run -n N [--] cmd ...``: start N local ranks of a program.
 
 Each rank gets torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK,
-LOCAL_WORLD_SIZE, GROUP_RANK=0, ROLE_RANK, ROLE_WORLD_SIZE,
+LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE,
 MASTER_ADDR=127.0.0.1, MASTER_PORT=a free port), so both
 ``dist.init_process_group("gocl")`` and ``gocl.Communicator.from_env()``
-work unchanged. Every output line is prefixed with ``[rank i]``. When a rank
+work unchanged. Several hosts: run ``gocl run --nnodes M --node-rank K
+--master-addr HOST0 --master-port P -n N`` on each (as torchrun's static
+rendezvous): node K's ranks are K*N .. K*N+N-1 of M*N, and they meet at
+rank 0's MASTER_ADDR:MASTER_PORT (from_env's exchange, or torch's store);
+each launcher supervises its own node's ranks. Every output line is prefixed with ``[rank i]``. When a rank
 fails, the others are stopped (SIGTERM to their process groups, SIGKILL after
 a grace period) and the launcher exits with the failed rank's exit code after
 a line naming it. Ctrl-C (SIGINT) and SIGTERM are forwarded to every rank; a
@@ -37,25 +41,27 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def rank_env(rank: int, world_size: int, master_addr: str, master_port: int,
-             base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of one local rank, as torchrun sets it (one node)."""
+             base: dict[str, str] | None = None, *, nnodes: int = 1, node_rank: int = 0) -> dict[str, str]:
+    """The environment of local rank `rank` of `world_size` on node
+    `node_rank` of `nnodes`, as torchrun sets it (same ranks per node)."""
     env = dict(os.environ if base is None else base)
+    grank, gworld = node_rank * world_size + rank, nnodes * world_size
     env.update({
-        "RANK": str(rank),
-        "WORLD_SIZE": str(world_size),
+        "RANK": str(grank),
+        "WORLD_SIZE": str(gworld),
         "LOCAL_RANK": str(rank),
         "LOCAL_WORLD_SIZE": str(world_size),
-        "GROUP_RANK": "0",
-        "GROUP_WORLD_SIZE": "1",
-        "ROLE_RANK": str(rank),
-        "ROLE_WORLD_SIZE": str(world_size),
+        "GROUP_RANK": str(node_rank),
+        "GROUP_WORLD_SIZE": str(nnodes),
+        "ROLE_RANK": str(grank),
+        "ROLE_WORLD_SIZE": str(gworld),
         "ROLE_NAME": "default",
         "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(master_port),
         "PYTHONUNBUFFERED": "1",  # lines show up as they are printed
     })
     # Many ranks on few cores: one OpenMP thread each unless told otherwise (torchrun does the same).
-    if world_size > 1:
+    if gworld > 1:
         env.setdefault("OMP_NUM_THREADS", "1")
     return env
 
@@ -87,13 +93,23 @@ def _exit_code(rc: int) -> int:
     return 128 - rc if rc < 0 else rc
 
 
+# torchrun's default port when several nodes meet (each must be told the same one).
+DEFAULT_MASTER_PORT = 29500
+
+
 def launch(cmd: Sequence[str], nprocs: int, *, master_addr: str = "127.0.0.1", master_port: int | None = None,
            prefix: bool = True, grace: float = 5.0, stdout: BinaryIO | None = None,
-           stderr: BinaryIO | None = None, log: BinaryIO | None = None) -> int:
-    """Run cmd as nprocs ranks; return the launcher's exit code (0 when every
-    rank exited 0, else the first failed rank's code; 128+N for signal N)."""
+           stderr: BinaryIO | None = None, log: BinaryIO | None = None,
+           nnodes: int = 1, node_rank: int = 0) -> int:
+    """Run cmd as nprocs ranks of node `node_rank` (of `nnodes`); return the
+    launcher's exit code (0 when every rank exited 0, else the first failed
+    rank's code; 128+N for signal N)."""
     if nprocs < 1:
         raise ValueError(f"gocl run: -n must be at least 1, got {nprocs}")
+    if nnodes < 1:
+        raise ValueError(f"gocl run: --nnodes must be at least 1, got {nnodes}")
+    if not 0 <= node_rank < nnodes:
+        raise ValueError(f"gocl run: --node-rank is {node_rank} but --nnodes is {nnodes}: pass one in [0, {nnodes - 1}]")
     cmd = list(cmd)
     if not cmd:
         raise ValueError("gocl run: no command given (gocl run -n N [--] cmd ...)")
@@ -102,7 +118,11 @@ def launch(cmd: Sequence[str], nprocs: int, *, master_addr: str = "127.0.0.1", m
     out = stdout or sys.stdout.buffer
     err = stderr or sys.stderr.buffer
     log = log or err
-    port = master_port or free_port()
+    if nnodes > 1 and master_port is None:
+        port = DEFAULT_MASTER_PORT  # every node must agree on it: a free port here means nothing elsewhere
+    else:
+        port = master_port or free_port()
+    base = node_rank * nprocs  # global rank of this node's first rank
     lock = threading.Lock()
 
     def say(text: str) -> None:
@@ -131,16 +151,17 @@ def launch(cmd: Sequence[str], nprocs: int, *, master_addr: str = "127.0.0.1", m
     try:
         for r in range(nprocs):
             try:
-                p = subprocess.Popen(cmd, env=rank_env(r, nprocs, master_addr, port), stdin=subprocess.DEVNULL,
+                env = rank_env(r, nprocs, master_addr, port, nnodes=nnodes, node_rank=node_rank)
+                p = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
             except OSError as e:
-                say(f"cannot start rank {r}: {cmd[0]}: {e}")
+                say(f"cannot start rank {base + r}: {cmd[0]}: {e}")
                 for q in procs:
                     signal_group(q, signal.SIGKILL)
                 return 127
             procs.append(p)
             # Copied a line at a time (whole lines, never two ranks' bytes interleaved).
-            tag = f"[rank {r}] ".encode() if prefix else b""
+            tag = f"[rank {base + r}] ".encode() if prefix else b""
             pumps.append(_Output(p.stdout, out, tag, lock))
             pumps.append(_Output(p.stderr, err, tag, lock))
 
@@ -151,12 +172,12 @@ def launch(cmd: Sequence[str], nprocs: int, *, master_addr: str = "127.0.0.1", m
                 r = first_failure(codes)
                 if r is not None:
                     failed = (r, codes[r])
-                    running = [i for i, c in enumerate(codes) if c is None]
+                    running = [base + i for i, c in enumerate(codes) if c is None]
                     if state["signal"]:
-                        say(f"rank {r} {describe_exit(codes[r], sentence=True)} after "
+                        say(f"rank {base + r} {describe_exit(codes[r], sentence=True)} after "
                             f"{signal.Signals(state['signal']).name}")
                     else:
-                        say(f"rank {r} {describe_exit(codes[r], sentence=True)}; stopping the other ranks"
+                        say(f"rank {base + r} {describe_exit(codes[r], sentence=True)}; stopping the other ranks"
                             + (f" ({', '.join(map(str, running))})" if running else ""))
                     stop(procs, signal.SIGTERM, grace)
                     break

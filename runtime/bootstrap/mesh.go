@@ -71,13 +71,56 @@ func Mesh(self int, peers []PeerInfo, ln net.Listener, secret []byte, nsocks int
 	return conns, nil
 }
 
+// acceptPeers takes expect connections from the higher ranks. Each accepted
+// connection is greeted on its own goroutine, so a stranger that connects
+// and stays silent (or dribbles bytes) holds no one up: it is dropped at
+// authTimeout, or when the mesh is complete.
 func acceptPeers(self int, ln net.Listener, secret []byte, conns [][]net.Conn, expect, nsocks int, deadline time.Time) error {
 	if d, ok := ln.(interface{ SetDeadline(time.Time) error }); ok {
 		d.SetDeadline(deadline)
 	}
+	type greeted struct {
+		c         net.Conn
+		peer, idx int
+		err       error
+	}
+	results := make(chan greeted)
+	failed := make(chan error, 1)
+	done := make(chan struct{})
+	defer close(done)
+	go func() { // ends when ln is closed or its deadline passes
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				failed <- err
+				return
+			}
+			go func() {
+				peer, idx, err := greet(c, secret, deadline, done)
+				select {
+				case results <- greeted{c, peer, idx, err}:
+				case <-done:
+					debuglog.Warnf(debuglog.Bootstrap, self, "dropped connection from %s: not authenticated when the mesh was complete", c.RemoteAddr())
+					c.Close()
+				}
+			}()
+		}
+	}()
 	for got := 0; got < expect; {
-		c, err := ln.Accept()
-		if err != nil {
+		select {
+		case g := <-results:
+			err := g.err
+			if err == nil && (g.peer <= self || g.peer >= len(conns) || conns[g.peer] == nil || g.idx >= nsocks || conns[g.peer][g.idx] != nil) {
+				err = fmt.Errorf("unexpected connection as rank %d socket %d", g.peer, g.idx)
+			}
+			if err != nil {
+				debuglog.Warnf(debuglog.Bootstrap, self, "dropped connection from %s: %v", g.c.RemoteAddr(), err)
+				g.c.Close()
+				continue
+			}
+			conns[g.peer][g.idx] = g.c
+			got++
+		case err := <-failed:
 			var missing []int
 			for p := self + 1; p < len(conns); p++ {
 				for _, x := range conns[p] {
@@ -92,25 +135,28 @@ func acceptPeers(self int, ln net.Listener, secret []byte, conns [][]net.Conn, e
 			}
 			return status.Errorf(status.RemoteError, "rank %d: accepting connections from ranks %v failed: %v", self, missing, err)
 		}
-		peer, idx, err := greet(c, secret, deadline)
-		if err == nil && (peer <= self || peer >= len(conns) || conns[peer] == nil || idx >= nsocks || conns[peer][idx] != nil) {
-			err = fmt.Errorf("unexpected connection as rank %d socket %d", peer, idx)
-		}
-		if err != nil {
-			debuglog.Warnf(debuglog.Bootstrap, self, "dropped connection from %s: %v", c.RemoteAddr(), err)
-			c.Close()
-			continue
-		}
-		conns[peer][idx] = c
-		got++
 	}
 	return nil
 }
 
 // greet authenticates an accepted connection and reads who it is.
-func greet(c net.Conn, secret []byte, deadline time.Time) (peer, idx int, err error) {
+// A stranger still greeting when done closes is cut off there.
+func greet(c net.Conn, secret []byte, deadline time.Time, done <-chan struct{}) (peer, idx int, err error) {
 	c.SetDeadline(time.Now().Add(authTimeout))
-	defer c.SetDeadline(time.Time{})
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		select {
+		case <-done:
+			c.SetDeadline(time.Now()) // unblocks the reads below
+		case <-stop:
+		}
+	}()
+	defer func() { // the watcher is gone before c is handed on
+		close(stop)
+		<-stopped
+		c.SetDeadline(time.Time{})
+	}()
 	if err := authAccept(c, secret); err != nil {
 		return 0, 0, err
 	}

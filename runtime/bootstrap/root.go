@@ -128,6 +128,18 @@ func acceptRanks(ln *net.TCPListener, secret []byte, out chan<- arrival, done <-
 		}
 		go func() {
 			c.SetDeadline(time.Now().Add(authTimeout))
+			// A stranger still here when the rendezvous ends is cut off then,
+			// not at authTimeout.
+			stop, stopped := make(chan struct{}), make(chan struct{})
+			go func() {
+				defer close(stopped)
+				select {
+				case <-done:
+					c.SetDeadline(time.Now())
+				case <-stop:
+				}
+			}()
+			defer func() { close(stop); <-stopped }()
 			if err := authAccept(c, secret); err != nil {
 				debuglog.Warnf(debuglog.Bootstrap, -1, "bootstrap root: dropped connection from %s: %v", c.RemoteAddr(), err)
 				c.Close()

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -75,13 +74,6 @@ var processID = func() string {
 	rand.Read(b)
 	return hex.EncodeToString(b)
 }()
-
-// hostID tells machines apart: ranks with the same hostID share a host.
-func hostID() string {
-	h, _ := os.Hostname()
-	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	return h + "/" + strings.TrimSpace(string(boot))
-}
 
 // Options are a communicator's own settings, given at init (goclConfig_t);
 // what they leave unset comes from the environment.

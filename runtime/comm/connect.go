@@ -31,6 +31,9 @@ type connector struct {
 	can  func(a, b *bootstrap.PeerInfo) bool
 	// tcp: the transport needs the pair's TCP connections from the mesh.
 	tcp bool
+	// fallible: connect may return errFallback, so the pair may need the
+	// next candidate's connections too.
+	fallible bool
 	// connect makes this rank's end. An error wrapping errFallback (both
 	// ends get it) passes the pair to the next transport that can take it.
 	connect func(c *Comm, peer int, conns []net.Conn, deadline time.Time) (transport.Link, error)
@@ -43,7 +46,7 @@ var connectors = []connector{
 		connect: func(c *Comm, p int, _ []net.Conn, _ time.Time) (transport.Link, error) {
 			return inproc.Connect(c.key, c.rank, p), nil
 		}},
-	{name: "shm", tcp: true, can: func(a, b *bootstrap.PeerInfo) bool { return a.Shm != "" && a.Shm == b.Shm },
+	{name: "shm", tcp: true, fallible: true, can: func(a, b *bootstrap.PeerInfo) bool { return a.Shm != "" && a.Shm == b.Shm },
 		connect: func(c *Comm, p int, conns []net.Conn, deadline time.Time) (transport.Link, error) {
 			l, err := shm.Connect(conns[0], c.rank, p, c.peers[p].Pid,
 				shm.Options{Oversubscribed: c.localRanks > runtime.NumCPU(), Channels: c.maxChannels()}, deadline)
@@ -86,8 +89,24 @@ func offer(me *bootstrap.PeerInfo) {
 // some pairs of one host onto sockets.
 var testShmDomain func(rank int, domain string) string
 
+// hostID tells machines apart: ranks with the same hostID share a host (a
+// node, for topology). The network namespace is part of it: containers or
+// `ip netns` "hosts" on one kernel share the hostname and boot id, yet
+// reach each other only over their own interfaces, as real hosts do.
+func hostID() string {
+	h, _ := os.Hostname()
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	id := h + "/" + strings.TrimSpace(string(boot))
+	var st syscall.Stat_t
+	if err := syscall.Stat("/proc/self/ns/net", &st); err == nil {
+		id += fmt.Sprintf("/net:%d", st.Ino)
+	}
+	return id
+}
+
 // shmDomain names where this process can map a peer's segment: the same
-// host (boot), IPC and pid namespaces (the peer's segment is opened through
+// host (boot and network namespace: ranks in other network namespaces are
+// other hosts, even on this kernel), IPC and pid namespaces (the peer's segment is opened through
 // /proc/PID/fd) and user. Empty when a namespace cannot be read.
 func shmDomain() string {
 	var ids []uint64
@@ -110,10 +129,15 @@ func (c *Comm) connect(ln net.Listener, secret []byte, deadline time.Time) error
 	}
 	me := &c.peers[c.rank]
 	cands := make([][]*connector, c.nranks)
+	// A pair gets TCP connections only when a transport it may end up on
+	// needs them (in-process pairs never fall back from inproc).
 	tcp := func(p int) bool {
 		for _, k := range cands[p] {
 			if k.tcp {
 				return true
+			}
+			if !k.fallible {
+				return false
 			}
 		}
 		return false
@@ -138,6 +162,11 @@ func (c *Comm) connect(ln net.Listener, secret []byte, deadline time.Time) error
 		for _, k := range cands[p] {
 			l, err := k.connect(c, p, conns[p], deadline)
 			if err == nil {
+				if !k.tcp { // connections a fallback would have used
+					for _, x := range conns[p] {
+						x.Close()
+					}
+				}
 				c.links[p] = l
 				return nil
 			}

@@ -9,6 +9,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -154,15 +155,26 @@ func Bool(name string) bool {
 
 // Timeout is GOCL_TIMEOUT as a duration; 0 or negative means no deadline.
 func Timeout() time.Duration {
-	s := strings.TrimSpace(lookup("TIMEOUT"))
-	f, err := strconv.ParseFloat(s, 64)
+	f, err := parseSeconds(lookup("TIMEOUT"))
 	if err != nil {
 		f = 600
 	}
 	if f <= 0 {
 		return 0
 	}
-	return time.Duration(f * float64(time.Second))
+	return max(time.Duration(f*float64(time.Second)), 1) // a tiny positive timeout is not "no limit"
+}
+
+// maxSeconds bounds GOCL_TIMEOUT well inside time.Duration (292 years).
+const maxSeconds = 1e9
+
+// parseSeconds reads a number of seconds: finite, at most maxSeconds.
+func parseSeconds(s string) (float64, error) {
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f > maxSeconds {
+		return 0, strconv.ErrRange
+	}
+	return f, nil
 }
 
 // Check validates the numeric settings so a typo fails init with a clear
@@ -178,8 +190,8 @@ func Check() error {
 		}
 	}
 	if s := strings.TrimSpace(lookup("TIMEOUT")); s != "" {
-		if _, err := strconv.ParseFloat(s, 64); err != nil {
-			return fmt.Errorf("GOCL_TIMEOUT=%q is not a number of seconds", s)
+		if _, err := parseSeconds(s); err != nil {
+			return fmt.Errorf("GOCL_TIMEOUT=%q is not a number of seconds up to %g (0: no limit)", s, float64(maxSeconds))
 		}
 	}
 	return nil

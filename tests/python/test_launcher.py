@@ -138,3 +138,19 @@ def test_doctor_passes_every_option_through():
         pytest.skip("gocl-doctor is not built")
     r = subprocess.run([*GOCL, "doctor", "--help"], capture_output=True, text=True, timeout=60)
     assert "usage: gocl-doctor" in r.stdout + r.stderr
+
+
+def test_node_options_give_global_ranks():
+    """--nnodes/--node-rank as torchrun: node 1 of 2 with 2 ranks each runs ranks 2 and 3 of 4."""
+    code = ("import os; keys = 'RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK "
+            "MASTER_ADDR MASTER_PORT'; print(*[os.environ[k] for k in keys.split()])")
+    r = gocl_run("--nnodes", "2", "--node-rank", "1", "--master-addr", "10.1.2.3", "-n", "2",
+                 "--", sys.executable, "-c", code)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for local in range(2):
+        rank = 2 + local
+        assert rank_lines(r.stdout, rank) == [f"{rank} 4 {local} 2 1 2 {rank} 10.1.2.3 29500"], r.stdout
+    r = gocl_run("--nnodes", "2", "-n", "1", "true")
+    assert r.returncode == 2 and "--master-addr" in r.stderr, r.stderr
+    r = gocl_run("--nnodes", "2", "--node-rank", "2", "--master-addr", "h", "-n", "1", "true")
+    assert r.returncode == 2 and "--node-rank is 2 but --nnodes is 2" in r.stderr, r.stderr

@@ -1,0 +1,75 @@
+"""One rank of tests/python/test_multihost.py (run inside a host's namespace).
+
+    multihost_rank.py collectives   # checked collectives over numpy, then "OK <rank>"
+    multihost_rank.py cut           # all_reduce in a loop ("READY" after the first) until one fails
+    multihost_rank.py torch         # the same checks through torch.distributed's "gocl" backend
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+
+def collectives() -> None:
+    import gocl
+
+    with gocl.Communicator.from_env() as comm:
+        r, n = comm.rank, comm.world_size
+        for count in (1, 1023, 300_001):  # 300,001 floats: above the striping threshold
+            for dt in (np.float32, np.int64, np.float64):
+                x = np.arange(count, dtype=dt) + r
+                comm.all_reduce(x)
+                want = np.arange(count, dtype=dt) * n + n * (n - 1) // 2
+                assert np.array_equal(x, want), (count, dt)
+        g = comm.all_gather(np.full(5, r, np.int32))
+        assert np.array_equal(g, np.repeat(np.arange(n, dtype=np.int32)[:, None], 5, axis=1))
+        b = np.full(7, r, np.float32)
+        comm.broadcast(b, root=n - 1)
+        assert (b == n - 1).all()
+        m = comm.all_reduce(np.array([r], np.float32), op="max")
+        assert m[0] == n - 1
+        comm.barrier()
+        print(f"OK {r}", flush=True)
+
+
+def cut() -> None:
+    import gocl
+
+    comm = gocl.Communicator.from_env()
+    x = np.ones(1 << 20, np.float32)
+    try:
+        comm.all_reduce(x)
+        print("READY", flush=True)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 120:
+            comm.all_reduce(x)
+        print("NO ERROR after 120 s", flush=True)
+        sys.exit(2)
+    except gocl.GoclError as e:
+        print(f"ERROR {type(e).__name__}: {e}", flush=True)
+        comm.abort()
+        sys.exit(3)
+
+
+def torch_ranks() -> None:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gocl")
+    r, n = dist.get_rank(), dist.get_world_size()
+    x = torch.arange(100_003, dtype=torch.float32) + r
+    dist.all_reduce(x)
+    assert torch.equal(x, torch.arange(100_003, dtype=torch.float32) * n + n * (n - 1) // 2)
+    out = [torch.zeros(3, dtype=torch.int64) for _ in range(n)]
+    dist.all_gather(out, torch.full((3,), r, dtype=torch.int64))
+    assert [int(o[0]) for o in out] == list(range(n))
+    dist.barrier()
+    dist.destroy_process_group()
+    print(f"OK {r}", flush=True)
+
+
+if __name__ == "__main__":
+    {"collectives": collectives, "cut": cut, "torch": torch_ranks}[sys.argv[1]]()
