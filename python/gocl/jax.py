@@ -128,8 +128,12 @@ def init(unique_id: bytes | None = None, rank: int | None = None, world_size: in
 
 
 def shutdown(abort: bool = False) -> None:
-    """Wait for queued collectives (``jax.effects_barrier``) and free the
-    world; ``abort=True`` fails them instead, so peers fail rather than wait."""
+    """Wait for the collectives already started and free the world;
+    ``abort=True`` fails them instead, so peers fail rather than wait.
+    gocl's calls are not JAX effects (see ``_ffi``), so a jitted call that
+    was dispatched but has not reached its collective yet is not waited for:
+    block on the results you need first (``jax.block_until_ready``).
+    ``jax.effects_barrier`` still waits for computations with effects."""
     global _world
     with _lock:
         w, _world = _world, None
