@@ -77,6 +77,7 @@ def test_two_processes():
     _check_every_op_and_dtype()
     _check_concurrent_collectives_started_in_opposite_orders()
     _check_unused_collective_dropped_on_every_rank()
+    _check_in_place_all_reduce()
     _check_gradients_and_vmap()
     _check_data_parallel_training_equals_full_batch()
 
@@ -141,6 +142,22 @@ def _check_unused_collective_dropped_on_every_rank():
         mx, g = jax.jit(f)(x)
         np.testing.assert_array_equal(np.asarray(mx), np.arange(4.0) + n - 1)
         np.testing.assert_array_equal(np.asarray(g), np.stack([np.arange(4.0) + q for q in range(n)]))
+
+
+def _check_in_place_all_reduce():
+    """in_place=True aliases the result to the argument: right for an
+    intermediate, a donated argument, and (XLA copies it) a kept argument."""
+    r, n = gj.process_rank(), gj.world_size()
+    x = jnp.arange(6.0) + r
+    want = sum(np.arange(6.0) + q for q in range(n))
+    mid = jax.jit(lambda v: gj.all_reduce(v * 2, in_place=True))
+    assert "output_to_operand_aliasing" in mid.lower(x).compile().as_text()
+    np.testing.assert_array_equal(np.asarray(mid(x)), 2 * want)
+    np.testing.assert_array_equal(np.asarray(jax.jit(lambda v: gj.all_reduce(v, "max", in_place=True))(x)),
+                                  np.arange(6.0) + n - 1)
+    np.testing.assert_array_equal(np.asarray(x), np.arange(6.0) + r)  # the kept argument is untouched
+    donated = jax.jit(lambda v: gj.all_reduce(v, in_place=True), donate_argnums=0)
+    np.testing.assert_array_equal(np.asarray(donated(jnp.arange(6.0) + r)), want)
 
 
 def _check_gradients_and_vmap():
