@@ -95,3 +95,64 @@ func TestSubmitRejectsBadCalls(t *testing.T) {
 		t.Errorf("missing world: %v", err)
 	}
 }
+
+// A rank whose XLA thread runs its call inline but is told by rank 0 to run
+// a call it has not made yet hands the lane to its goroutine and returns;
+// both calls then finish there, paired with rank 0's.
+func TestInlineCallerHandsOff(t *testing.T) {
+	h, err := newWorld(nil, 1, 0, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { takeWorld(h).close(false) }()
+	in := [2][2][4]float32{} // [rank][site A, B]
+	out := [2][2][4]float32{}
+	for r := range 2 {
+		for s := range 2 {
+			for i := range 4 {
+				in[r][s][i] = float32(10*(s+1) + r)
+			}
+		}
+	}
+	req := func(r, s int) request {
+		return request{kind: int(wire.AllReduce), send: unsafe.Pointer(&in[r][s][0]), recv: unsafe.Pointer(&out[r][s][0]),
+			nsend: 4, nrecv: 4, dtype: int(kernels.Float32)}
+	}
+	type result struct {
+		ran bool
+		err error
+	}
+	later := make(chan error, 4)
+	queue := func() func(error) { return func(e error) { later <- e } }
+	submitAsync := func(r, s int) chan result {
+		c := make(chan result, 1)
+		go func() { ran, err := submit(h, r, int64(s+1), req(r, s), queue); c <- result{ran, err} }()
+		return c
+	}
+	b1 := submitAsync(1, 1) // rank 1 starts with B and waits for rank 0's order
+	a0 := submitAsync(0, 0) // rank 0 orders A and runs it inline
+	if got := <-b1; got.ran || got.err != nil {
+		t.Fatalf("rank 1's B: ran=%v err=%v, want it queued (A was ordered first)", got.ran, got.err)
+	}
+	if got := <-submitAsync(1, 0); got.ran || got.err != nil { // the goroutine owns rank 1 now
+		t.Fatalf("rank 1's A: ran=%v err=%v, want it queued", got.ran, got.err)
+	}
+	if got := <-a0; !got.ran || got.err != nil {
+		t.Fatalf("rank 0's A: ran=%v err=%v, want it run inline", got.ran, got.err)
+	}
+	if got := <-submitAsync(0, 1); !got.ran || got.err != nil {
+		t.Fatalf("rank 0's B: ran=%v err=%v, want it run inline", got.ran, got.err)
+	}
+	for range 2 {
+		if e := <-later; e != nil {
+			t.Fatal(e)
+		}
+	}
+	for r := range 2 {
+		for s := range 2 {
+			if want := float32(2*10*(s+1) + 1); out[r][s][3] != want {
+				t.Errorf("rank %d site %d: got %g, want %g", r, s, out[r][s][3], want)
+			}
+		}
+	}
+}
