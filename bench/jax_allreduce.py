@@ -2,16 +2,23 @@
 
     .venv/bin/python bench/jax_allreduce.py                    # 2 processes, 8 B .. 64 MiB
     .venv/bin/python bench/jax_allreduce.py --max-bytes 1M --rounds 3 --markdown
+    .venv/bin/python bench/jax_allreduce.py --lock /work/helpers/bench.lock --min-bytes 1M
 
 The script starts N local processes (one CPU device each). Each calls
 jax.distributed.initialize with JAX_CPU_COLLECTIVES_IMPLEMENTATION=gloo (the
 baseline: jax.lax.psum under shard_map over the N processes' devices) and
 gocl.jax.init (the candidate: gocl.jax.all_reduce on the process's local
-array, inside jax.jit). For every size (float32, sum) it runs rounds that
-alternate the two, so a change in machine load hits both alike; a round times
-a burst of calls, each waited for (block_until_ready), and the reported time
-is the median over rounds of rank 0's mean time per call. Results are checked
-against N × the input. ratio = gloo / gocl (> 1: gocl is faster).
+array, inside jax.jit); the anchor is gocl's numpy API (Communicator.all_reduce
+into a preallocated array, no JAX), the same transport without XLA. For every
+size (float32, sum) it runs rounds that alternate the three, so a change in
+machine load hits all alike; a round times a burst of calls, each waited for
+(block_until_ready), and the reported time is the median over rounds of rank
+0's mean time per call. Results are checked against N × the input.
+ratio = gloo / gocl.jax (> 1: gocl.jax is faster).
+
+Start-up and compilation (every size is compiled and run once first) take
+long on a loaded machine and are not timed: with --lock FILE, rank 0 takes an
+flock on FILE only for the timed rounds, as `flock FILE cmd` would.
 """
 
 from __future__ import annotations
@@ -24,20 +31,10 @@ import subprocess
 import sys
 import time
 
+from _units import human, parse_bytes  # bench/ is on sys.path: these run as scripts
+
 SIZES = [8 * 8**k for k in range(8)] + [64 << 20]  # 8 B, 64 B ... 16 MiB, 64 MiB
-
-
-def human(n: int) -> str:
-    for unit, f in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= f and n % f == 0:
-            return f"{n // f} {unit}"
-    return f"{n} B"
-
-
-def parse_bytes(s: str) -> int:
-    s = s.strip().upper().rstrip("B")
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1:], 1)
-    return int(float(s[:-1] if s[-1:] in "KMG" else s) * mult)
+NAMES = ("gocl", "gloo", "numpy")
 
 
 # ---------------------------------------------------------------- one rank
@@ -52,44 +49,66 @@ def worker(args) -> None:
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     jax.distributed.initialize(f"127.0.0.1:{os.environ['BENCH_JAX_PORT']}", num_processes=world, process_id=rank)
+    import gocl
     import gocl.jax as gj
 
     gj.init(local_devices=1)
+    comm = gocl.Communicator.from_env()
     mesh = jax.make_mesh((world,), ("i",))
     shard_map = getattr(jax, "shard_map", None)
     if shard_map is None:  # jax < 0.6.1
         from jax.experimental.shard_map import shard_map
     gloo = jax.jit(shard_map(lambda s: jax.lax.psum(s, "i"), mesh=mesh, in_specs=P("i"), out_specs=P("i")))
-    gocl = jax.jit(lambda v: gj.all_reduce(v))
+    gocl_fn = jax.jit(lambda v: gj.all_reduce(v))
     dev = jax.local_devices()[0]
+    want = world * (world + 1) / 2
 
-    for size in [s for s in SIZES if s <= args.max_bytes]:
-        count = max(1, size // 4)
-        local = np.full(count, rank + 1.0, np.float32)
-        inputs = {"gocl": jax.device_put(local, dev),
-                  "gloo": jax.make_array_from_process_local_data(NamedSharding(mesh, P("i")), local)}
-        fns = {"gocl": gocl, "gloo": gloo}
+    # Inputs, compilation and a checked first call for every size, untimed.
+    cases = {}
+    for size in [s for s in SIZES if args.min_bytes <= s <= args.max_bytes]:
+        local = np.full(max(1, size // 4), rank + 1.0, np.float32)
+        out = np.empty_like(local)
+        x_gocl = jax.device_put(local, dev)
+        x_gloo = jax.make_array_from_process_local_data(NamedSharding(mesh, P("i")), local)
+        fns = {"gocl": lambda x=x_gocl: gocl_fn(x).block_until_ready(),
+               "gloo": lambda x=x_gloo: gloo(x).block_until_ready(),
+               "numpy": lambda x=local, o=out: comm.all_reduce(x, out=o)}
+        ok = bool(np.all(np.asarray(gocl_fn(x_gocl)) == want))
+        ok &= bool(np.all(np.asarray(gloo(x_gloo).addressable_shards[0].data) == want))
+        fns["numpy"]()
+        ok &= bool(np.all(out == want))
+        cases[size] = (fns, ok)
+
+    lock = None
+    if args.lock and rank == 0:
+        import fcntl
+
+        lock = open(args.lock, "a")
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    comm.barrier()  # the other ranks wait here for rank 0's lock
+    for size, (fns, ok) in cases.items():
 
         def burst(name, iters):
-            f, x = fns[name], inputs[name]
+            f = fns[name]
             t0 = time.perf_counter()
             for _ in range(iters):
-                f(x).block_until_ready()
+                f()
             return (time.perf_counter() - t0) / iters
 
-        want = world * (world + 1) / 2
-        ok = bool(np.all(np.asarray(gocl(inputs["gocl"])) == want))
-        ok &= bool(np.all(np.asarray(gloo(inputs["gloo"]).addressable_shards[0].data) == want))
-        est = max(burst("gocl", 2), burst("gloo", 2))
+        est = max(burst(name, 2) for name in NAMES)
         # every rank must run the same number of calls: take rank 0's choice
-        iters = int(np.asarray(gj.broadcast(np.int32(max(1, min(args.max_iters, int(args.burst_s / est)))))))
-        times = {"gocl": [], "gloo": []}
+        iters = np.array([max(1, min(args.max_iters, int(args.burst_s / est)))], np.int32)
+        comm.broadcast(iters, root=0)
+        times = {name: [] for name in NAMES}
         for r in range(args.rounds):
-            for name in (("gocl", "gloo") if r % 2 == 0 else ("gloo", "gocl")):
-                times[name].append(burst(name, iters))
+            for name in NAMES[r % 3:] + NAMES[:r % 3]:
+                times[name].append(burst(name, int(iters[0])))
         if rank == 0:
-            print(json.dumps({"size": size, "iters": iters, "ok": ok, "gocl": statistics.median(times["gocl"]),
-                              "gloo": statistics.median(times["gloo"])}), flush=True)
+            print(json.dumps({"size": size, "iters": int(iters[0]), "ok": ok,
+                              **{name: statistics.median(t) for name, t in times.items()}}), flush=True)
+    if lock is not None:
+        lock.close()
+    comm.destroy()
     gj.shutdown()
     jax.distributed.shutdown()
 
@@ -98,10 +117,12 @@ def worker(args) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-n", "--ranks", type=int, default=2)
+    p.add_argument("--min-bytes", type=parse_bytes, default=0, help="smallest size (default 8 B)")
     p.add_argument("--max-bytes", type=parse_bytes, default=64 << 20, help="largest size (default 64M)")
     p.add_argument("--rounds", type=int, default=7, help="alternating rounds per size (median taken)")
     p.add_argument("--burst-s", type=float, default=0.05, help="target seconds per timed burst")
     p.add_argument("--max-iters", type=int, default=500)
+    p.add_argument("--lock", help="flock this file (rank 0) for the timed rounds only")
     p.add_argument("--markdown", action="store_true")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -111,8 +132,9 @@ def main() -> None:
     from gocl.launcher import free_port, rank_env
 
     n, port, jport = args.ranks, free_port(), free_port()
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--max-bytes", str(args.max_bytes),
-           "--rounds", str(args.rounds), "--burst-s", str(args.burst_s), "--max-iters", str(args.max_iters)]
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--min-bytes", str(args.min_bytes),
+           "--max-bytes", str(args.max_bytes), "--rounds", str(args.rounds), "--burst-s", str(args.burst_s),
+           "--max-iters", str(args.max_iters)] + (["--lock", args.lock] if args.lock else [])
     procs = [subprocess.Popen(cmd, env={**rank_env(r, n, "127.0.0.1", port), "BENCH_JAX_PORT": str(jport)},
                               stdout=subprocess.PIPE if r == 0 else subprocess.DEVNULL, text=True) for r in range(n)]
     rows = []
@@ -120,15 +142,16 @@ def main() -> None:
         if line.startswith("{"):
             row = json.loads(line)
             rows.append(row)
-            print(f"  {human(row['size']):>8}: gloo {row['gloo'] * 1e6:10.1f} us  gocl {row['gocl'] * 1e6:10.1f} us"
-                  f"  ratio {row['gloo'] / row['gocl']:5.2f}", file=sys.stderr, flush=True)
+            print(f"  {human(row['size']):>8}: gloo {row['gloo'] * 1e6:10.1f} us  gocl.jax {row['gocl'] * 1e6:10.1f} us"
+                  f"  numpy {row['numpy'] * 1e6:10.1f} us  ratio {row['gloo'] / row['gocl']:5.2f}",
+                  file=sys.stderr, flush=True)
         elif line.strip():
             print(line.rstrip(), file=sys.stderr)
     codes = [p.wait() for p in procs]
     if any(codes):
         raise SystemExit(f"a rank failed (exit codes {codes})")
-    head = ["size", "gloo psum us", "gocl.jax us", "gloo/gocl"]
-    body = [[human(r["size"]), f"{r['gloo'] * 1e6:.1f}", f"{r['gocl'] * 1e6:.1f}",
+    head = ["size", "gloo psum us", "gocl.jax us", "gocl numpy us", "gloo/gocl.jax"]
+    body = [[human(r["size"]), f"{r['gloo'] * 1e6:.1f}", f"{r['gocl'] * 1e6:.1f}", f"{r['numpy'] * 1e6:.1f}",
              f"{r['gloo'] / r['gocl']:.2f}" + ("" if r["ok"] else " (WRONG RESULT)")] for r in rows]
     if args.markdown:
         print("\n".join(["| " + " | ".join(head) + " |", "|" + "|".join("---:" for _ in head) + "|"]

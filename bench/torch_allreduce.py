@@ -23,20 +23,9 @@ import subprocess
 import sys
 import time
 
+from _units import human, parse_bytes  # bench/ is on sys.path: these run as scripts
+
 SIZES = [8 * 4**k for k in range(12)] + [64 << 20]  # 8 B ... 32 MiB, 64 MiB
-
-
-def human(n: int) -> str:
-    for unit, f in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= f and n % f == 0:
-            return f"{n // f} {unit}"
-    return f"{n} B"
-
-
-def parse_bytes(s: str) -> int:
-    s = s.strip().upper().rstrip("B")
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1:], 1)
-    return int(float(s[:-1] if s[-1:] in "KMG" else s) * mult)
 
 
 # ---------------------------------------------------------------- one rank

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <stdint.h>
 
 #include "xla_ffi.h"
 #include "_cgo_export.h"
@@ -235,24 +237,43 @@ static gx_error *handle(gx_frame *f, int kind, int cuda) {
     return cuda ? run_cuda(f, kind, &d) : run_cpu(f, kind, &d);
 }
 
-// run_cpu queues the call and hands XLA a future (the blocking path where
-// the runtime predates futures).
+// gocl_jax_future makes an XLA future for a call that finishes later; NULL
+// where the runtime predates futures (the caller then waits).
+gx_future *gocl_jax_future(const gx_api *api) {
+    if (api->struct_size < GX_SIZE(gx_api, future_set_error) || api->future_create == NULL) return NULL;
+    gx_future_args a = {GX_SIZE(gx_future_args, extension_start), NULL, NULL};
+    gx_error *e = api->future_create(&a);
+    if (e != NULL) {
+        gx_error_destroy_args d = {GX_SIZE(gx_error_destroy_args, error), NULL, e};
+        api->error_destroy(&d);
+        return NULL;
+    }
+    return a.future;
+}
+
+// XLA:CPU gives every call a fresh result buffer, and a large one is fresh
+// mmap'd memory: writing it takes a page fault per 4 KiB, which costs more
+// than the collective itself (16 MiB: ~4000 faults). Asking for transparent
+// huge pages on its whole 2 MiB blocks first (as numpy does for its large
+// arrays) makes that ~8 faults; where THP is off or the pages already exist,
+// this changes nothing.
+enum { HUGE = 2 << 20, HUGE_MIN = 4 << 20 };
+
+static void advise_huge(void *p, size_t n) {
+    if (n < HUGE_MIN) return;
+    uintptr_t lo = ((uintptr_t)p + HUGE - 1) & ~(uintptr_t)(HUGE - 1), hi = ((uintptr_t)p + n) & ~(uintptr_t)(HUGE - 1);
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+}
+
+// run_cpu runs the call; Go makes a future (gocl_jax_future) only when the
+// call has to wait for others and cannot finish on this thread.
 static gx_error *run_cpu(gx_frame *f, int kind, decoded *d) {
     char msg[1024] = "";
     gx_future *fut = NULL;
     const gx_api *api = f->api;
-    if (api->struct_size >= GX_SIZE(gx_api, future_set_error) && api->future_create != NULL) {
-        gx_future_args a = {GX_SIZE(gx_future_args, extension_start), NULL, NULL};
-        gx_error *e = api->future_create(&a);
-        if (e != NULL) {
-            gx_error_destroy_args d = {GX_SIZE(gx_error_destroy_args, error), NULL, e};
-            api->error_destroy(&d);
-        } else {
-            fut = a.future;
-        }
-    }
+    advise_huge(d->out, d->bout);
     int code = goclJaxSubmit(d->at.comm, ordinal(f), kind, d->in, d->out, d->nin, d->nout, d->dtype, d->at.op,
-                             d->at.root, d->at.site, (int64_t *)d->at.perm, d->at.nperm, (void *)api, fut, msg,
+                             d->at.root, d->at.site, (int64_t *)d->at.perm, d->at.nperm, (gx_api *)api, &fut, msg,
                              sizeof msg);
     if (code != 0) {
         if (fut != NULL) gocl_jax_finish(api, fut, msg, code); // XLA still owns it: settle it
@@ -321,7 +342,7 @@ static gx_error *run_cuda(gx_frame *f, int kind, decoded *d) {
         res = fail(f->api, GX_INTERNAL, "gocl.jax %s on CUDA: copying the input to the host failed: %s", what, why);
     } else {
         int code = goclJaxSubmit(d->at.comm, ordinal(f), kind, hin, hout, d->nin, d->nout, d->dtype, d->at.op,
-                                 d->at.root, d->at.site, (int64_t *)d->at.perm, d->at.nperm, (void *)f->api, NULL,
+                                 d->at.root, d->at.site, (int64_t *)d->at.perm, d->at.nperm, (gx_api *)f->api, NULL,
                                  msg, sizeof msg);
         if (code != 0)
             res = make_error(f->api, code, msg);

@@ -70,13 +70,13 @@ func goclJaxWorldDestroy(h C.int64_t, abort C.int) {
 }
 
 // goclJaxSubmit is called by the handlers with a decoded call. It returns 0
-// once the call is queued (fut non-NULL: finished later through
-// gocl_jax_finish) or done (fut NULL), else an XLA status code with gocl's
-// sentence in msg.
+// once the call is done, or queued with *fut set to the XLA future that
+// finishes it (fut NULL, or no futures in api: it waits instead), else an
+// XLA status code with gocl's sentence in msg.
 //
 //export goclJaxSubmit
 func goclJaxSubmit(world C.int64_t, ordinal C.int32_t, kind C.int, send, recv unsafe.Pointer, nsend, nrecv C.int64_t,
-	dtype C.int, op, root, site C.int64_t, perm *C.int64_t, nperm C.int64_t, api unsafe.Pointer, fut unsafe.Pointer,
+	dtype C.int, op, root, site C.int64_t, perm *C.int64_t, nperm C.int64_t, api *C.gx_api, fut **C.gx_future,
 	msg *C.char, msglen C.size_t) (rc C.int) {
 	var err error
 	defer func() {
@@ -90,27 +90,34 @@ func goclJaxSubmit(world C.int64_t, ordinal C.int32_t, kind C.int, send, recv un
 	if nperm > 0 {
 		r.perm = append([]int64(nil), unsafe.Slice((*int64)(unsafe.Pointer(perm)), int(nperm))...)
 	}
-	if fut == nil {
-		done := make(chan error, 1)
-		if err = submit(int64(world), int(ordinal), int64(site), r, func(e error) { done <- e }); err == nil {
-			err = <-done
+	var wait chan error
+	later := func() func(error) {
+		if fut != nil {
+			if f := C.gocl_jax_future(api); f != nil {
+				*fut = f
+				return func(e error) { finish(api, f, e) }
+			}
 		}
-		return 0
+		wait = make(chan error, 1)
+		return func(e error) { wait <- e }
 	}
-	err = submit(int64(world), int(ordinal), int64(site), r, func(e error) { finish(api, fut, e) })
+	ran, err := submit(int64(world), int(ordinal), int64(site), r, later)
+	if !ran && wait != nil {
+		err = <-wait
+	}
 	return 0
 }
 
 // finish settles XLA's future (on its own goroutine: XLA may continue the
 // program inline, which must not stall the lane).
-func finish(api, fut unsafe.Pointer, err error) {
+func finish(api *C.gx_api, fut *C.gx_future, err error) {
 	if err == nil {
-		C.gocl_jax_finish((*C.gx_api)(api), (*C.gx_future)(fut), nil, 0)
+		C.gocl_jax_finish(api, fut, nil, 0)
 		return
 	}
 	m := C.CString(err.Error())
 	defer C.free(unsafe.Pointer(m))
-	C.gocl_jax_finish((*C.gx_api)(api), (*C.gx_future)(fut), m, C.int(xlaCode(err)))
+	C.gocl_jax_finish(api, fut, m, C.int(xlaCode(err)))
 }
 
 // report copies err's sentence into msg and returns its code: an XLA (absl)

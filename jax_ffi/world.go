@@ -105,22 +105,26 @@ func (w *world) close(abort bool) {
 	}
 }
 
-// submit validates a call and queues it on its device's lane.
-func submit(h int64, ordinal int, site int64, r request, done func(error)) error {
+// submit validates a call and runs it: on the caller's thread when its
+// device's lane is idle (ran: err is the call's result), else later,
+// finishing through the function later returns (called at most once, while
+// the call cannot yet be run, so it may make an XLA future). A rejected call
+// returns ran with its error.
+func submit(h int64, ordinal int, site int64, r request, later func() func(error)) (ran bool, err error) {
 	worldsMu.Lock()
 	w := worlds[h]
 	worldsMu.Unlock()
 	if w == nil {
-		return status.Errorf(status.InvalidUsage, "gocl.jax %s: world %d does not exist (it was shut down, or never made: call gocl.jax.init first)", kindName(r.kind), h)
+		return true, status.Errorf(status.InvalidUsage, "gocl.jax %s: world %d does not exist (it was shut down, or never made: call gocl.jax.init first)", kindName(r.kind), h)
 	}
 	l := w.lane(ordinal)
 	if l == nil {
-		return status.Errorf(status.InvalidUsage, "gocl.jax %s: the call runs on device %d, which is not one of the %d local devices gocl.jax.init made ranks for (devices %v): pass local_devices covering it", kindName(r.kind), ordinal, len(w.lanes), w.deviceList())
+		return true, status.Errorf(status.InvalidUsage, "gocl.jax %s: the call runs on device %d, which is not one of the %d local devices gocl.jax.init made ranks for (devices %v): pass local_devices covering it", kindName(r.kind), ordinal, len(w.lanes), w.deviceList())
 	}
 	if err := r.check(l.c); err != nil {
-		return err
+		return true, err
 	}
-	return l.submit(site, r, done)
+	return l.submit(site, r, later)
 }
 
 // request is one decoded FFI call; counts are in elements of dtype (a
@@ -250,16 +254,36 @@ func (r *request) run(c *comm.Comm) error {
 // names; every rank then runs those calls in that order. The choice is
 // always safe: rank 0 has only queued calls whose inputs are ready, so none
 // of them waits on a call that has not run.
+//
+// Whoever owns the lane runs its calls. A call that finds the lane idle
+// takes it and runs on XLA's thread (no thread handoff, no future: the
+// common, one-collective-at-a-time path). That thread never waits for a
+// call of its own rank: when rank 0 names one not yet submitted here, or
+// calls remain once its own is done, it hands the lane to the lane's
+// goroutine, which may wait, and returns (its call, if not yet run,
+// finishing through a future).
 type lane struct {
 	c       *comm.Comm
 	mu      sync.Mutex
 	pending map[tag]*call
 	order   []tag // arrival order: rank 0 runs the oldest first
 	count   map[int64]uint64
+	owner   owner
+	rest    []tag // named calls the goroutine runs before asking rank 0 again
 	stopped error
-	wake    chan struct{} // a call arrived or stop was called
+	wake    chan struct{} // a call arrived, the goroutine was handed the lane, or stop was called
 	done    chan struct{} // the goroutine has exited
 }
+
+// owner says who runs the lane's calls. Invariant: queued calls imply an
+// owner.
+type owner int
+
+const (
+	idle      owner = iota // no calls: the next one runs on its caller's thread
+	caller                 // a submitting (XLA) thread runs calls inline
+	goroutine              // the lane's goroutine runs them
+)
 
 // maxBatch bounds the calls one order broadcast names (many concurrent
 // collectives, such as one per gradient leaf, share one broadcast).
@@ -272,7 +296,7 @@ type tag struct {
 
 type call struct {
 	r    request
-	done func(error)
+	done func(error) // nil while its own caller runs the lane
 }
 
 func newLane(c *comm.Comm) *lane {
@@ -282,18 +306,79 @@ func newLane(c *comm.Comm) *lane {
 	return l
 }
 
-func (l *lane) submit(site int64, r request, done func(error)) error {
+func (l *lane) submit(site int64, r request, later func() func(error)) (ran bool, err error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.stopped != nil {
-		return l.stopped
+		l.mu.Unlock()
+		return true, l.stopped
 	}
 	t := tag{site, l.count[site]}
 	l.count[site]++
-	l.pending[t] = &call{r, done}
+	c := &call{r: r}
+	l.pending[t] = c
 	l.order = append(l.order, t)
-	l.poke()
-	return nil
+	if l.owner != idle {
+		c.done = later() // before unlocking: the owner may take c at once
+		l.mu.Unlock()
+		l.poke()
+		return false, nil
+	}
+	l.owner = caller
+	l.mu.Unlock()
+	return l.runInline(c, later)
+}
+
+// runInline runs calls in rank 0's order on the caller's thread until mine
+// has run, or until the next named call is not queued here (then the
+// goroutine takes over and mine finishes through later()).
+func (l *lane) runInline(mine *call, later func() func(error)) (ran bool, res error) {
+	handOff := func(rest []tag) {
+		l.mu.Lock()
+		if !ran {
+			mine.done = later()
+		}
+		l.rest = rest
+		if len(l.pending) > 0 || len(rest) > 0 {
+			l.owner = goroutine
+		} else {
+			l.owner = idle
+		}
+		l.mu.Unlock()
+		l.poke()
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			res = status.Errorf(status.InternalError, "gocl.jax: internal error (a gocl bug, please report it): panic: %v", p)
+			l.c.Abort()
+			l.fail(mine, res)
+			ran = true
+			handOff(nil)
+		}
+	}()
+	for !ran {
+		batch, err := l.nextBatch()
+		if err != nil {
+			ran, res = true, err
+			l.fail(mine, err)
+			handOff(nil)
+			return ran, res
+		}
+		for i, t := range batch {
+			c := l.tryTake(t)
+			if c == nil {
+				handOff(batch[i:])
+				return ran, res
+			}
+			out := firstCause(l.c, c.r.run(l.c))
+			if c == mine {
+				ran, res = true, out
+			} else {
+				go c.done(out)
+			}
+		}
+	}
+	handOff(nil)
+	return ran, res
 }
 
 func (l *lane) poke() {
@@ -310,8 +395,8 @@ func (l *lane) stop(abort bool) {
 	if l.stopped == nil {
 		l.stopped = status.Errorf(status.InvalidUsage, "rank %d: gocl.jax was shut down", l.c.Rank())
 	}
-	l.poke()
 	l.mu.Unlock()
+	l.poke()
 	if abort {
 		l.c.Abort()
 		<-l.done
@@ -321,63 +406,56 @@ func (l *lane) stop(abort bool) {
 	l.c.Destroy()
 }
 
-// failAll finishes every queued call with err.
-func (l *lane) failAll(err error) {
+// fail finishes every queued call but mine (the caller's own, answered by
+// its return value) with err.
+func (l *lane) fail(mine *call, err error) {
 	l.mu.Lock()
 	calls := l.pending
 	l.pending, l.order = map[tag]*call{}, nil
 	l.mu.Unlock()
 	for _, c := range calls {
-		go c.done(err)
+		if c != mine {
+			go c.done(err)
+		}
 	}
 }
 
+// loop runs the lane while it is handed the lane; it exits once the lane is
+// stopped and idle.
 func (l *lane) loop() {
 	defer close(l.done)
 	for {
-		err := l.step()
-		if err == nil {
-			continue
-		}
-		l.failAll(err)
 		l.mu.Lock()
-		stopped := l.stopped != nil && len(l.pending) == 0
-		l.mu.Unlock()
-		if stopped {
-			return
+		for l.owner != goroutine {
+			if l.stopped != nil && l.owner == idle {
+				l.mu.Unlock()
+				return
+			}
+			l.mu.Unlock()
+			<-l.wake
+			l.mu.Lock()
 		}
+		rest := l.rest
+		l.rest = nil
+		l.mu.Unlock()
+		if err := l.step(rest); err != nil {
+			l.fail(nil, err)
+		}
+		l.mu.Lock()
+		if len(l.pending) == 0 {
+			l.owner = idle
+		}
+		l.mu.Unlock()
 	}
 }
 
-// step waits for work and runs one call; an error fails every queued call.
-func (l *lane) step() (err error) {
+// step runs the named calls (or, with none, the next batch rank 0 names),
+// waiting for each to be submitted here.
+func (l *lane) step(batch []tag) (err error) {
 	defer status.Catch(&err)
-	l.mu.Lock()
-	for len(l.pending) == 0 {
-		if l.stopped != nil {
-			l.mu.Unlock()
-			return l.stopped
-		}
-		l.mu.Unlock()
-		<-l.wake
-		l.mu.Lock()
-	}
-	batch := append([]tag(nil), l.order[:min(len(l.order), maxBatch)]...)
-	l.mu.Unlock()
-	if l.c.NRanks() > 1 {
-		var b [8 + maxBatch*16]byte
-		binary.LittleEndian.PutUint64(b[:], uint64(len(batch)))
-		for i, t := range batch {
-			binary.LittleEndian.PutUint64(b[8+16*i:], uint64(t.site))
-			binary.LittleEndian.PutUint64(b[16+16*i:], t.n)
-		}
-		p := unsafe.Pointer(&b[0])
-		if err := l.c.Run(nil, comm.Op{Coll: wire.Broadcast, Send: p, Recv: p, Count: len(b), Type: kernels.Uint8}); err != nil {
-			return firstCause(l.c, err)
-		}
-		batch = batch[:0]
-		for i := range min(int(binary.LittleEndian.Uint64(b[:])), maxBatch) {
-			batch = append(batch, tag{int64(binary.LittleEndian.Uint64(b[8+16*i:])), binary.LittleEndian.Uint64(b[16+16*i:])})
+	if len(batch) == 0 {
+		if batch, err = l.nextBatch(); err != nil {
+			return err
 		}
 	}
 	for _, t := range batch {
@@ -386,10 +464,53 @@ func (l *lane) step() (err error) {
 			l.c.Abort() // peers are inside this call: make them fail instead of wait
 			return err
 		}
-		res := firstCause(l.c, c.r.run(l.c))
-		go c.done(res)
+		go c.done(firstCause(l.c, c.r.run(l.c)))
 	}
 	return nil
+}
+
+// nextBatch returns the names of the calls to run next: rank 0's oldest
+// queued calls, broadcast to the other ranks.
+func (l *lane) nextBatch() ([]tag, error) {
+	l.mu.Lock()
+	batch := append([]tag(nil), l.order[:min(len(l.order), maxBatch)]...)
+	l.mu.Unlock()
+	if l.c.NRanks() == 1 {
+		return batch, nil
+	}
+	var b [8 + maxBatch*16]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(len(batch)))
+	for i, t := range batch {
+		binary.LittleEndian.PutUint64(b[8+16*i:], uint64(t.site))
+		binary.LittleEndian.PutUint64(b[16+16*i:], t.n)
+	}
+	p := unsafe.Pointer(&b[0])
+	if err := l.c.Run(nil, comm.Op{Coll: wire.Broadcast, Send: p, Recv: p, Count: len(b), Type: kernels.Uint8}); err != nil {
+		return nil, firstCause(l.c, err)
+	}
+	batch = batch[:0]
+	for i := range min(int(binary.LittleEndian.Uint64(b[:])), maxBatch) {
+		batch = append(batch, tag{int64(binary.LittleEndian.Uint64(b[8+16*i:])), binary.LittleEndian.Uint64(b[16+16*i:])})
+	}
+	return batch, nil
+}
+
+// tryTake removes the call named t if it is queued.
+func (l *lane) tryTake(t tag) *call {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c, ok := l.pending[t]
+	if !ok {
+		return nil
+	}
+	delete(l.pending, t)
+	for i, o := range l.order {
+		if o == t {
+			l.order = append(l.order[:i], l.order[i+1:]...)
+			break
+		}
+	}
+	return c
 }
 
 // firstCause adds the error that broke the communicator when err is only a
@@ -414,19 +535,9 @@ func (l *lane) take(t tag) (*call, error) {
 		deadline = timer.C
 	}
 	for {
-		l.mu.Lock()
-		if c, ok := l.pending[t]; ok {
-			delete(l.pending, t)
-			for i, o := range l.order {
-				if o == t {
-					l.order = append(l.order[:i], l.order[i+1:]...)
-					break
-				}
-			}
-			l.mu.Unlock()
+		if c := l.tryTake(t); c != nil {
 			return c, nil
 		}
-		l.mu.Unlock()
 		select {
 		case <-l.wake:
 		case <-deadline:

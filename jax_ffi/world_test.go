@@ -33,8 +33,7 @@ func TestLanesAgreeOnOrder(t *testing.T) {
 					in[i] = float32(site*100 + int64(r))
 				}
 				wg.Add(1)
-				done := func(e error) {
-					defer wg.Done()
+				check := func(e error) {
 					if e == nil {
 						want := float32(n*site*100 + n*(n-1)/2)
 						if out[count-1] != want {
@@ -45,9 +44,15 @@ func TestLanesAgreeOnOrder(t *testing.T) {
 				}
 				req := request{kind: int(wire.AllReduce), send: unsafe.Pointer(&in[0]), recv: unsafe.Pointer(&out[0]),
 					nsend: count, nrecv: count, dtype: int(kernels.Float32)}
-				if err := submit(h, r, site, req, done); err != nil {
-					t.Fatal(err)
-				}
+				// Each call on its own goroutine, as XLA's threads: one may
+				// run calls inline; the others queue and finish later.
+				go func() {
+					later := func() func(error) { return func(e error) { check(e); wg.Done() } }
+					if ran, err := submit(h, r, site, req, later); ran {
+						check(err)
+						wg.Done()
+					}
+				}()
 			}
 		}
 	}
@@ -81,12 +86,73 @@ func TestSubmitRejectsBadCalls(t *testing.T) {
 		{0, request{kind: int(wire.SendRecv), send: p, recv: p, nsend: 4, nrecv: 4, perm: []int64{0, 5}}, "names a rank outside this world of 2"},
 		{0, request{kind: int(wire.SendRecv), send: p, recv: p, nsend: 4, nrecv: 4, perm: []int64{0}}, "(source, destination) pairs"},
 	} {
-		err := submit(h, c.ordinal, 1, c.r, func(error) { t.Error("a rejected call completed") })
-		if err == nil || !strings.Contains(err.Error(), c.want) {
+		ran, err := submit(h, c.ordinal, 1, c.r, func() func(error) { t.Error("a rejected call was queued"); return nil })
+		if !ran || err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want %q", kindName(c.r.kind), err, c.want)
 		}
 	}
-	if err := submit(h+100, 0, 1, request{kind: int(wire.AllReduce)}, nil); err == nil || !strings.Contains(err.Error(), "does not exist") {
+	if _, err := submit(h+100, 0, 1, request{kind: int(wire.AllReduce)}, nil); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("missing world: %v", err)
+	}
+}
+
+// A rank whose XLA thread runs its call inline but is told by rank 0 to run
+// a call it has not made yet hands the lane to its goroutine and returns;
+// both calls then finish there, paired with rank 0's.
+func TestInlineCallerHandsOff(t *testing.T) {
+	h, err := newWorld(nil, 1, 0, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { takeWorld(h).close(false) }()
+	in := [2][2][4]float32{} // [rank][site A, B]
+	out := [2][2][4]float32{}
+	for r := range 2 {
+		for s := range 2 {
+			for i := range 4 {
+				in[r][s][i] = float32(10*(s+1) + r)
+			}
+		}
+	}
+	req := func(r, s int) request {
+		return request{kind: int(wire.AllReduce), send: unsafe.Pointer(&in[r][s][0]), recv: unsafe.Pointer(&out[r][s][0]),
+			nsend: 4, nrecv: 4, dtype: int(kernels.Float32)}
+	}
+	type result struct {
+		ran bool
+		err error
+	}
+	later := make(chan error, 4)
+	queue := func() func(error) { return func(e error) { later <- e } }
+	submitAsync := func(r, s int) chan result {
+		c := make(chan result, 1)
+		go func() { ran, err := submit(h, r, int64(s+1), req(r, s), queue); c <- result{ran, err} }()
+		return c
+	}
+	b1 := submitAsync(1, 1) // rank 1 starts with B and waits for rank 0's order
+	a0 := submitAsync(0, 0) // rank 0 orders A and runs it inline
+	if got := <-b1; got.ran || got.err != nil {
+		t.Fatalf("rank 1's B: ran=%v err=%v, want it queued (A was ordered first)", got.ran, got.err)
+	}
+	if got := <-submitAsync(1, 0); got.ran || got.err != nil { // the goroutine owns rank 1 now
+		t.Fatalf("rank 1's A: ran=%v err=%v, want it queued", got.ran, got.err)
+	}
+	if got := <-a0; !got.ran || got.err != nil {
+		t.Fatalf("rank 0's A: ran=%v err=%v, want it run inline", got.ran, got.err)
+	}
+	if got := <-submitAsync(0, 1); !got.ran || got.err != nil {
+		t.Fatalf("rank 0's B: ran=%v err=%v, want it run inline", got.ran, got.err)
+	}
+	for range 2 {
+		if e := <-later; e != nil {
+			t.Fatal(e)
+		}
+	}
+	for r := range 2 {
+		for s := range 2 {
+			if want := float32(2*10*(s+1) + 1); out[r][s][3] != want {
+				t.Errorf("rank %d site %d: got %g, want %g", r, s, out[r][s][3], want)
+			}
+		}
 	}
 }

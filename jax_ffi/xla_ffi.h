@@ -208,5 +208,6 @@ gx_error *goclJaxPermuteCuda(gx_frame *f);
 
 // Called by Go when a queued call is done: msg NULL means success.
 void gocl_jax_finish(const gx_api *api, gx_future *fut, const char *msg, int code);
+gx_future *gocl_jax_future(const gx_api *api);
 
 #endif

@@ -128,8 +128,12 @@ def init(unique_id: bytes | None = None, rank: int | None = None, world_size: in
 
 
 def shutdown(abort: bool = False) -> None:
-    """Wait for queued collectives (``jax.effects_barrier``) and free the
-    world; ``abort=True`` fails them instead, so peers fail rather than wait."""
+    """Wait for the collectives already started and free the world;
+    ``abort=True`` fails them instead, so peers fail rather than wait.
+    gocl's calls are not JAX effects (see ``_ffi``), so a jitted call that
+    was dispatched but has not reached its collective yet is not waited for:
+    block on the results you need first (``jax.block_until_ready``).
+    ``jax.effects_barrier`` still waits for computations with effects."""
     global _world
     with _lock:
         w, _world = _world, None
@@ -179,11 +183,17 @@ def _op(name: str, op: str) -> int:
     return _OPS[op]
 
 
-def _ffi(target: str, x, shape, vmap_method: str, **attrs):
+def _ffi(target: str, x, shape, vmap_method: str, in_place: bool = False, **attrs):
+    # No has_side_effect: an effectful jitted function leaves JAX's C++
+    # dispatch path (about 150 us more per call). Each rank's result is a pure
+    # function of all ranks' inputs, and every rank compiles the same program,
+    # so XLA keeps or drops (result unused) a collective on every rank alike;
+    # the unique site attribute keeps two collectives from merging.
     w = _get()
     attrs = {k: (np.asarray(v, np.int64) if isinstance(v, np.ndarray) else np.int64(v)) for k, v in attrs.items()}
-    return jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(tuple(shape), x.dtype), has_side_effect=True,
-                            vmap_method=vmap_method)(x, comm=np.int64(w.handle), site=np.int64(next(_sites)), **attrs)
+    call = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(tuple(shape), x.dtype), vmap_method=vmap_method,
+                            input_output_aliases={0: 0} if in_place else None)
+    return call(x, comm=np.int64(w.handle), site=np.int64(next(_sites)), **attrs)
 
 
 def _widen(x):
@@ -194,22 +204,22 @@ def _widen(x):
     return x, None
 
 
-def _all_reduce_raw(x, op: int):
+def _all_reduce_raw(x, op: int, in_place: bool = False):
     y, narrow = _widen(x)
-    y = _ffi("gocl_all_reduce", y, y.shape, "broadcast_all", op=op)
+    y = _ffi("gocl_all_reduce", y, y.shape, "broadcast_all", in_place=in_place, op=op)
     return y if narrow is None else y.astype(narrow)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
-def _all_reduce(x, op: int):
-    return _all_reduce_raw(x, op)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
+def _all_reduce(x, op: int, in_place: bool):
+    return _all_reduce_raw(x, op, in_place)
 
 
-def _all_reduce_fwd(x, op):
-    return _all_reduce_raw(x, op), None
+def _all_reduce_fwd(x, op, in_place):
+    return _all_reduce_raw(x, op, in_place), None
 
 
-def _all_reduce_bwd(op, _, ct):
+def _all_reduce_bwd(op, in_place, _, ct):
     if op == _OPS["sum"]:
         return (ct,)
     if op == _OPS["avg"]:
@@ -221,11 +231,16 @@ def _all_reduce_bwd(op, _, ct):
 _all_reduce.defvjp(_all_reduce_fwd, _all_reduce_bwd)
 
 
-def all_reduce(x, op: str = "sum"):
+def all_reduce(x, op: str = "sum", in_place: bool = False):
     """Elementwise reduction over all ranks; every rank gets the result.
     Gradient (sum, avg): the cotangent passes through (divided by the world
-    size for avg), as for a loss every rank computes the same way."""
-    return _all_reduce(jnp.asarray(x), _op("all_reduce", op))
+    size for avg), as for a loss every rank computes the same way.
+
+    ``in_place=True`` reduces into ``x``'s buffer (XLA output aliasing): no
+    new result buffer when ``x`` is an intermediate no longer needed (a
+    gradient) or a donated argument; XLA copies ``x`` first otherwise, which
+    is slower than the default."""
+    return _all_reduce(jnp.asarray(x), _op("all_reduce", op), bool(in_place))
 
 
 def _gathered(x):  # (n, *x.shape), block i from rank i

@@ -76,6 +76,8 @@ def test_two_processes():
     """One pair of processes (JAX's start-up is the slow part) for several checks."""
     _check_every_op_and_dtype()
     _check_concurrent_collectives_started_in_opposite_orders()
+    _check_unused_collective_dropped_on_every_rank()
+    _check_in_place_all_reduce()
     _check_gradients_and_vmap()
     _check_data_parallel_training_equals_full_batch()
 
@@ -122,6 +124,40 @@ def _check_concurrent_collectives_started_in_opposite_orders():
         np.testing.assert_allclose(np.asarray(b), want_b, rtol=1e-6)
         for k, m in enumerate(many):
             np.testing.assert_array_equal(np.asarray(m), np.full(size, 3.0 * k))
+
+
+def _check_unused_collective_dropped_on_every_rank():
+    """gocl's calls have no side effect (JAX's fast dispatch path): XLA drops
+    one whose result is unused, on every rank alike, and the rest still pair."""
+    r, n = gj.process_rank(), gj.world_size()
+
+    def f(x):
+        gj.all_reduce(x * 2)  # unused
+        return gj.all_reduce(x, op="max"), gj.all_gather(x)
+
+    x = jnp.arange(4.0) + r
+    hlo = jax.jit(f).lower(x).compile().as_text()
+    assert hlo.count('custom_call_target="gocl_all_reduce"') == 1, hlo
+    for _ in range(2):
+        mx, g = jax.jit(f)(x)
+        np.testing.assert_array_equal(np.asarray(mx), np.arange(4.0) + n - 1)
+        np.testing.assert_array_equal(np.asarray(g), np.stack([np.arange(4.0) + q for q in range(n)]))
+
+
+def _check_in_place_all_reduce():
+    """in_place=True aliases the result to the argument: right for an
+    intermediate, a donated argument, and (XLA copies it) a kept argument."""
+    r, n = gj.process_rank(), gj.world_size()
+    x = jnp.arange(6.0) + r
+    want = sum(np.arange(6.0) + q for q in range(n))
+    mid = jax.jit(lambda v: gj.all_reduce(v * 2, in_place=True))
+    assert "output_to_operand_aliasing" in mid.lower(x).compile().as_text()
+    np.testing.assert_array_equal(np.asarray(mid(x)), 2 * want)
+    np.testing.assert_array_equal(np.asarray(jax.jit(lambda v: gj.all_reduce(v, "max", in_place=True))(x)),
+                                  np.arange(6.0) + n - 1)
+    np.testing.assert_array_equal(np.asarray(x), np.arange(6.0) + r)  # the kept argument is untouched
+    donated = jax.jit(lambda v: gj.all_reduce(v, in_place=True), donate_argnums=0)
+    np.testing.assert_array_equal(np.asarray(donated(jnp.arange(6.0) + r)), want)
 
 
 def _check_gradients_and_vmap():
