@@ -89,6 +89,7 @@ CTYPES = {
     "goclUniqueId": _lib.UniqueId,
     "goclUniqueId *": ctypes.POINTER(_lib.UniqueId),
     "goclConfig_t *": ctypes.POINTER(_lib.Config),
+    "goclHostFn_t": ctypes.c_void_p,  # a function pointer
     **{t: ctypes.c_int for t in _ENUM_TYPES},
     **{t + " *": ctypes.POINTER(ctypes.c_int) for t in _ENUM_TYPES},
     **{t: ctypes.c_void_p for t in _HANDLES},
@@ -101,7 +102,7 @@ def test_parser_sees_the_whole_header():
     # A parser that finds nothing would make every comparison below vacuous.
     assert set(ENUMS) == {"goclResult_t", "goclDataType_t", "goclRedOp_t", "goclScalarResidence_t"}
     assert len(ENUMS["goclDataType_t"]) == 16 and len(ENUMS["goclResult_t"]) == 10
-    assert len(PROTOTYPES) == 38
+    assert len(PROTOTYPES) == 39
     assert {"GOCL_UNIQUE_ID_BYTES", "GOCL_CONFIG_MAGIC", "GOCL_SPLIT_NOCOLOR"} <= set(DEFINES)
 
 
