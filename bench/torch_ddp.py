@@ -85,7 +85,7 @@ def worker(args) -> None:
         else:
             dist.all_gather_into_tensor(bufs[0], bufs[1], group=g)
 
-    for op in OPS:
+    for op in OPS if args.collectives else ():
         for size in [s for s in SIZES if s <= args.max_bytes]:
             count = max(world, size // 4 // world * world)
             bufs = (torch.ones(count), torch.ones(count // world))
@@ -183,7 +183,8 @@ def run(n: int, args) -> list[dict]:
     port = free_port()
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--max-bytes", str(args.max_bytes),
            "--rounds", str(args.rounds), "--burst-s", str(args.burst_s), "--max-iters", str(args.max_iters),
-           "--steps", str(args.steps), "--batch", str(args.batch)] + ([] if args.fsdp else ["--no-fsdp"])
+           "--steps", str(args.steps), "--batch", str(args.batch)] + ([] if args.fsdp else ["--no-fsdp"]) + \
+        ([] if args.collectives else ["--no-collectives"])
     procs = [subprocess.Popen(cmd, env=rank_env(r, n, "127.0.0.1", port), stdout=subprocess.PIPE if r == 0 else
                               subprocess.DEVNULL, text=True) for r in range(n)]
     rows = []
@@ -194,6 +195,8 @@ def run(n: int, args) -> list[dict]:
             row["ranks"] = n
             rows.append(row)
             print(f"  {n} ranks {describe(row)}", file=sys.stderr, flush=True)
+            if args.markdown:
+                print(table([row], head=False), flush=True)
         elif line:
             print(line, file=sys.stderr)
     codes = [p.wait() for p in procs]
@@ -210,8 +213,8 @@ def describe(row) -> str:
     return json.dumps(row)
 
 
-def table(rows: list[dict]) -> str:
-    out = ["| ranks | what | gloo us | gocl us | gloo/gocl |", "|---:|---|---:|---:|---:|"]
+def table(rows: list[dict], head: bool = True) -> str:
+    out = ["| ranks | what | gloo us | gocl us | gloo/gocl |", "|---:|---|---:|---:|---:|"] if head else []
     for r in rows:
         if "gocl" in r:
             what = r["kind"] + ("" if r["kind"].endswith("_step") else f" {_human(r['size'])}")
@@ -233,17 +236,18 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=10, help="alternating DDP / FSDP2 steps per backend")
     p.add_argument("--batch", type=int, default=16, help="samples per rank and step")
     p.add_argument("--no-fsdp", dest="fsdp", action="store_false", help="leave out the FSDP2 step")
+    p.add_argument("--no-collectives", dest="collectives", action="store_false",
+                   help="leave out the collectives (steps only)")
     p.add_argument("--markdown", action="store_true", help="print a markdown table at the end")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         worker(args)
         return
-    rows = []
-    for n in args.ranks or [2, 4]:
-        rows += run(n, args)
     if args.markdown:
-        print(table(rows))
+        print(table([]), flush=True)
+    for n in args.ranks or [2, 4]:
+        run(n, args)
 
 
 if __name__ == "__main__":
