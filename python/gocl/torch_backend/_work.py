@@ -40,6 +40,7 @@ its event says it is done, whether or not the caller keeps the Work.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import ctypes
 import datetime
@@ -48,6 +49,7 @@ import os
 import threading
 import time
 import warnings
+import weakref
 
 import torch.distributed as dist
 from torch.futures import Future
@@ -365,6 +367,22 @@ def _on_host(key):
 
 
 _HOST_FN = _HOST_FN_TYPE(_on_host)
+_executors: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _settle_at_exit() -> None:
+    """Let queued work and pending host functions finish before the
+    interpreter goes: a host function entering a finalizing interpreter
+    would take libgocl's thread down with it."""
+    for ex in list(_executors):
+        try:
+            ex.drain()
+        except Exception:  # noqa: BLE001  (errors belong to their Works)
+            pass
+    deadline = time.monotonic() + 5
+    while _waiting and time.monotonic() < deadline:
+        time.sleep(0.001)
 
 
 class Executor:
@@ -380,6 +398,7 @@ class Executor:
         self._p2p: list = []  # (task, work) held back (see module docstring)
         self._batch: list | None = None  # (task, work) collected while coalescing
         self._closed = False
+        _executors.add(self)
         _warn_window()
 
     # coalescing -----------------------------------------------------------
