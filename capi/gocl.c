@@ -145,3 +145,8 @@ goclResult_t goclEventRecord(goclEvent_t e, goclStream_t s) { GUARD(); return (g
 goclResult_t goclEventQuery(goclEvent_t e) { GUARD(); return (goclResult_t)goclgoEventOp(H(e), 0); }
 goclResult_t goclEventSynchronize(goclEvent_t e) { GUARD(); return (goclResult_t)goclgoEventOp(H(e), 1); }
 goclResult_t goclEventDestroy(goclEvent_t e) { GUARD(); return (goclResult_t)goclgoEventOp(H(e), 2); }
+
+goclResult_t goclLaunchHostFunc(goclStream_t s, goclHostFn_t fn, void* userData) {
+  GUARD(); return (goclResult_t)goclgoLaunchHostFunc(H(s), fn, (uintptr_t)userData);
+}
+void goclCallHostFn(goclHostFn_t fn, uintptr_t userData) { fn((void*)userData); }

@@ -274,10 +274,22 @@ goclResult_t goclEventCreate(goclEvent_t* event);
 /* Marks the current end of stream's queue. */
 goclResult_t goclEventRecord(goclEvent_t event, goclStream_t stream);
 /* goclSuccess once the work before the mark is done, else goclInProgress. An
- * event never recorded counts as done. */
+ * event never recorded counts as done. Once done, the result is the first
+ * error of any operation queued on the stream before the mark (errors stick
+ * to a stream, as CUDA's do: work after a failed collective ran on a broken
+ * communicator); goclGetLastError(NULL) on the calling thread has its text. */
 goclResult_t goclEventQuery(goclEvent_t event);
+/* Waits for the work before the mark; returns what goclEventQuery would. */
 goclResult_t goclEventSynchronize(goclEvent_t event);
 goclResult_t goclEventDestroy(goclEvent_t event);
+
+/* cudaLaunchHostFunc's counterpart: fn(userData) runs once everything queued
+ * on stream before this call has finished (successfully or not). Host
+ * functions run in order on a thread of the stream's own, not on its worker:
+ * a slow fn does not delay the stream's later operations, and fn may call
+ * gocl (even wait for later work on the stream). */
+typedef void (*goclHostFn_t)(void* userData);
+goclResult_t goclLaunchHostFunc(goclStream_t stream, goclHostFn_t fn, void* userData);
 
 #ifdef __cplusplus
 }

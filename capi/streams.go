@@ -1,6 +1,7 @@
 package main
 
 // #include "gocl.h"
+// void goclCallHostFn(goclHostFn_t fn, uintptr_t userData);
 import "C"
 
 import (
@@ -80,13 +81,29 @@ func goclgoEventOp(e C.uintptr_t, what C.int) (rc C.int) {
 	}
 	switch what {
 	case 0:
-		if !ev.Done() {
+		done, err := ev.Done()
+		if !done {
 			return C.int(status.InProgress)
 		}
+		return record(0, err)
 	case 1:
-		ev.Wait()
+		return record(0, ev.Wait())
 	default:
 		table.remove(uintptr(e))
 	}
+	return 0
+}
+
+//export goclgoLaunchHostFunc
+func goclgoLaunchHostFunc(st C.uintptr_t, fn C.goclHostFn_t, userData C.uintptr_t) (rc C.int) {
+	defer guard(&rc, 0)
+	s, err := lookup[*stream.Stream](uintptr(st), "stream")
+	if err != nil {
+		return record(0, err)
+	}
+	if fn == nil {
+		return record(0, nullArg("fn"))
+	}
+	s.Then(func() { C.goclCallHostFn(fn, userData) })
 	return 0
 }

@@ -105,6 +105,7 @@ _SIGNATURES = {
     "goclEventQuery": [c_void_p],
     "goclEventSynchronize": [c_void_p],
     "goclEventDestroy": [c_void_p],
+    "goclLaunchHostFunc": [c_void_p, c_void_p, c_void_p],  # fn: a ctypes CFUNCTYPE(None, c_void_p)
 }
 _STRING_SIGNATURES = {
     "goclGetErrorString": [c_int],

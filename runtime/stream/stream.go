@@ -1,6 +1,8 @@
 // Package stream gives gocl CUDA-like CPU streams: a Stream is an ordered
 // queue with its own worker goroutine, so work on one stream runs in order
-// and different streams run concurrently. An Event marks a point in a stream.
+// and different streams run concurrently. An Event marks a point in a stream
+// and reports the first error of the work before it; Then runs a host
+// function once the work queued before it is done.
 package stream
 
 import (
@@ -19,6 +21,15 @@ type Stream struct {
 	closed  bool
 	done    uint64 // tasks finished, for events
 	queued  uint64 // tasks enqueued, for events
+
+	// The first failure ever, and its task number: events before it are
+	// clean, events at or after it report it (sticky, as CUDA's errors are:
+	// work after a failed collective ran on a broken communicator).
+	failAt  uint64
+	failErr error
+
+	hosts   []func() // host functions handed over by Then, run by hostWork
+	hosting bool     // hostWork is running
 }
 
 // New starts a stream's worker.
@@ -48,6 +59,9 @@ func (s *Stream) work() {
 		if err != nil && s.err == nil {
 			s.err = err
 		}
+		if err != nil && s.failErr == nil {
+			s.failErr, s.failAt = err, s.done+1
+		}
 		s.pending--
 		s.done++
 		s.cond.Broadcast()
@@ -66,6 +80,38 @@ func (s *Stream) Enqueue(t func() error) {
 	s.pending++
 	s.queued++
 	s.cond.Broadcast()
+	s.mu.Unlock()
+}
+
+// Then queues fn to run once everything queued before it has finished
+// (failed or not). fn runs on the stream's host goroutine, not its worker,
+// so a slow fn (one waiting for a lock, or Python's GIL) does not hold back
+// the stream's later work, and fn may itself wait for that work. Host
+// functions run one at a time, in the order they were queued.
+func (s *Stream) Then(fn func()) {
+	s.Enqueue(func() error {
+		s.mu.Lock()
+		s.hosts = append(s.hosts, fn)
+		if !s.hosting {
+			s.hosting = true
+			go s.hostWork()
+		}
+		s.mu.Unlock()
+		return nil
+	})
+}
+
+func (s *Stream) hostWork() {
+	s.mu.Lock()
+	for len(s.hosts) > 0 {
+		fn := s.hosts[0]
+		s.hosts[0] = nil
+		s.hosts = s.hosts[1:]
+		s.mu.Unlock()
+		_ = run(func() error { fn(); return nil })
+		s.mu.Lock()
+	}
+	s.hosting = false
 	s.mu.Unlock()
 }
 
@@ -122,26 +168,40 @@ func (e *Event) mark() (*Stream, uint64) {
 	return e.s, e.target
 }
 
-// Done reports whether the marked work has finished (true if never recorded).
-func (e *Event) Done() bool {
+// Done reports whether the marked work has finished (true if never
+// recorded) and, once it has, the first error of the stream's work up to
+// the mark.
+func (e *Event) Done() (bool, error) {
 	s, target := e.mark()
 	if s == nil {
-		return true
+		return true, nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.done >= target
+	if s.done < target {
+		return false, nil
+	}
+	return true, s.errUpTo(target)
 }
 
-// Wait blocks until the marked work has finished.
-func (e *Event) Wait() {
+// Wait blocks until the marked work has finished and returns the first
+// error of the stream's work up to the mark.
+func (e *Event) Wait() error {
 	s, target := e.mark()
 	if s == nil {
-		return
+		return nil
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	for s.done < target {
 		s.cond.Wait()
 	}
-	s.mu.Unlock()
+	return s.errUpTo(target)
+}
+
+func (s *Stream) errUpTo(target uint64) error {
+	if s.failErr != nil && s.failAt <= target {
+		return s.failErr
+	}
+	return nil
 }

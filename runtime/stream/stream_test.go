@@ -18,11 +18,21 @@ func TestOrderErrorsAndEvents(t *testing.T) {
 	s.Enqueue(func() error { seen = append(seen, 1); return errors.New("first") })
 	s.Enqueue(func() error { seen = append(seen, 2); return errors.New("second") })
 
-	if busy, _ := s.Query(); !busy || ev.Done() {
+	if done, _ := ev.Done(); done {
+		t.Fatal("event done before its work ran")
+	}
+	if busy, _ := s.Query(); !busy {
 		t.Fatal("stream idle before its first task could run")
 	}
+	var after Event
+	after.Record(s)
 	close(release)
-	ev.Wait()
+	if err := ev.Wait(); err != nil {
+		t.Errorf("event before the failures reports %v", err)
+	}
+	if err := after.Wait(); err == nil || err.Error() != "first" {
+		t.Errorf("event after the failures reports %v, want the first error", err)
+	}
 	if err := s.Synchronize(); err == nil || err.Error() != "first" {
 		t.Errorf("Synchronize = %v, want the first error", err)
 	}
@@ -33,7 +43,7 @@ func TestOrderErrorsAndEvents(t *testing.T) {
 		t.Errorf("ran in order %v", seen)
 	}
 	var never Event
-	if !never.Done() {
+	if done, err := never.Done(); !done || err != nil {
 		t.Error("an unrecorded event is done")
 	}
 }
@@ -63,4 +73,24 @@ func TestStreamsRunConcurrently(t *testing.T) {
 	if started.Load() != 2 {
 		t.Error("the second stream waited for the first")
 	}
+}
+
+func TestThenRunsAfterEarlierWorkWithoutBlockingLaterWork(t *testing.T) {
+	s := New()
+	defer s.Close()
+	var first atomic.Bool
+	s.Enqueue(func() error { time.Sleep(10 * time.Millisecond); first.Store(true); return nil })
+	ran := make(chan bool, 1)
+	gate := make(chan struct{})
+	s.Then(func() { ran <- first.Load(); <-gate })
+	var later Event
+	s.Enqueue(func() error { return nil })
+	later.Record(s)
+	if err := later.Wait(); err != nil { // a blocked host function does not hold back the stream
+		t.Fatal(err)
+	}
+	if !<-ran {
+		t.Error("host function ran before the work queued ahead of it")
+	}
+	close(gate)
 }

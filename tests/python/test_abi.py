@@ -89,6 +89,7 @@ CTYPES = {
     "goclUniqueId": _lib.UniqueId,
     "goclUniqueId *": ctypes.POINTER(_lib.UniqueId),
     "goclConfig_t *": ctypes.POINTER(_lib.Config),
+    "goclHostFn_t": ctypes.c_void_p,  # a function pointer
     **{t: ctypes.c_int for t in _ENUM_TYPES},
     **{t + " *": ctypes.POINTER(ctypes.c_int) for t in _ENUM_TYPES},
     **{t: ctypes.c_void_p for t in _HANDLES},

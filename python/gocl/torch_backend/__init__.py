@@ -32,7 +32,10 @@ What to know:
   and the others wait for it up to the group's timeout. Operation timeouts
   are gocl's (``GOCL_TIMEOUT``), not the group's.
 * Synchronous calls on host tensors run inline when nothing is queued;
-  ``async_op=True`` calls run in order on the group's worker thread.
+  ``async_op=True`` calls are queued on the group's libgocl stream and run
+  inside libgocl, outside the GIL, with no Python thread; their Works
+  complete from libgocl's events (``wait()``, ``is_completed()``) and host
+  functions (``get_future()``).
 * Tags of send/recv are ignored: a pair's messages match in order (as in
   NCCL). ``recv``/``irecv`` without ``src`` take the first message any
   rank sends (goclRecvAny; each pair's order is kept) and report the
@@ -56,9 +59,9 @@ What to know:
   of queued calls are Python Works (their wait() raises the call's error).
   On the Backend route torch's C++ holder forwards only ``wait()`` and
   ``get_future()`` of a Python Work, so send/recv/recv_anysource of gocl
-  groups are routed past it (their Works report ``is_completed()`` and
-  ``_source_rank()``); for async collectives poll
-  ``work.get_future().done()``. There DDP also logs the backend as
+  groups, and their asynchronous collectives called through
+  torch.distributed, are routed past it (their Works report
+  ``is_completed()`` and ``_source_rank()``). There DDP also logs the backend as
   "custom" (torch names every Python Backend so).
 * Environment: GOCL_TORCH_IMPL, GOCL_TORCH_FORCE_STAGING=1 (stage every
   tensor, a debugging aid), and gocl's own GOCL_* variables

@@ -156,6 +156,7 @@ class Engine:
         self.global_ranks = global_ranks
         self.group_id = group_id
         self.executor = Executor(f"{group_id}:{rank}")
+        self.ops = _Calls(comm, self.executor)
         self._shut = False
         self.seq = 0  # operations issued (torch's "sequence number for group")
         self.store = None  # the group's store (monitored_barrier); set by create()
@@ -260,7 +261,7 @@ class Engine:
                 h = st["h"] = Host(t)
                 n = h.nbytes
                 tmp = st["tmp"] = torch.empty(self.size * n, dtype=torch.uint8)
-                self.comm.all_gather(h.bytes().data_ptr(), tmp.data_ptr(), n, U8)
+                self.ops.all_gather(h.bytes().data_ptr(), tmp.data_ptr(), n, U8)
 
             def finish():
                 h = st["h"]
@@ -272,7 +273,7 @@ class Engine:
         def issue():
             h = st["h"] = Host(t)
             v = self._red_view(h.t, red)
-            self._reduce_call(red, lambda op: self.comm.all_reduce(v.data_ptr(), v.data_ptr(), v.numel(),
+            self._reduce_call(red, lambda op: self.ops.all_reduce(v.data_ptr(), v.data_ptr(), v.numel(),
                                                                    red.gocl_dtype, op))
 
         def finish():
@@ -292,19 +293,25 @@ class Engine:
             return self.allreduce_sparse(tensors, opts)
         red = self._reduction(t.dtype, opts.reduceOp)
         is_async = _async(opts)
-        # fast path: a synchronous call on a host tensor with nothing queued
-        if red.kind == "native" and not is_async and direct(t) and self.executor.try_inline():
+        # fast path: a synchronous call on a host tensor (gocl's NULL stream
+        # orders it after the group's queued work)
+        ex = self.executor
+        if red.kind == "native" and direct(t) and ex.inline_ok():
             self.seq += 1
-            try:
-                v = t if red.view is None else self._red_view(t, red)
-                p = v.data_ptr()
-                h = self.comm.handle
+            v = t if red.view is None else self._red_view(t, red)
+            p = v.data_ptr()
+            h = self.comm.handle
+            if not is_async:
                 rc = self._c_all_reduce(p, p, v.numel(), red.gocl_dtype, red.gocl_op, h, None)
                 if rc:
                     _core.check(rc, h)
-            finally:
-                self.executor.end_inline()
-            return self._done([t])
+                return self._done([t])
+            # asynchronous: queued on the group's stream; the Work holds t until done
+            with ex.lock:
+                rc = self._c_all_reduce(p, p, v.numel(), red.gocl_dtype, red.gocl_op, h, ex.stream_handle())
+                if rc:
+                    _core.check(rc, h)
+                return ex.queued([t])
         issue, finish = self._allreduce_steps(t, red)
         return self._submit(Task("allreduce", issue, finish, [t], [t]), opts, is_async)
 
@@ -338,7 +345,8 @@ class Engine:
             total = torch.sparse_coo_tensor(idx.t(), val, s.shape).coalesce()
             with torch.no_grad():
                 t.copy_(total.to(t.device))
-        return self._submit(Task("allreduce_sparse", issue, None, [t]), opts)
+        # blocking: its steps read each other's results, so it runs on the NULL stream
+        return self._submit(Task("allreduce_sparse", issue, None, [t], blocking=True), opts)
 
     def allreduce_coalesced(self, tensors, opts=None) -> GoclWork:
         opts = opts if opts is not None else AllreduceCoalescedOptions()
@@ -355,7 +363,7 @@ class Engine:
             def issue():
                 flat = st["flat"] = torch.cat([t.detach().reshape(-1).cpu() for t in tensors])
                 v = self._red_view(flat, red)
-                self._reduce_call(red, lambda op: self.comm.all_reduce(v.data_ptr(), v.data_ptr(), v.numel(),
+                self._reduce_call(red, lambda op: self.ops.all_reduce(v.data_ptr(), v.data_ptr(), v.numel(),
                                                                        red.gocl_dtype, op))
 
             def finish():
@@ -391,7 +399,7 @@ class Engine:
         def issue():
             h = st["h"] = Host(t, read=self.rank == root)
             b = h.bytes()
-            self.comm.broadcast(b.data_ptr(), b.data_ptr(), b.numel(), U8, root)
+            self.ops.broadcast(b.data_ptr(), b.data_ptr(), b.numel(), U8, root)
 
         def finish():
             if self.rank != root:
@@ -407,7 +415,7 @@ class Engine:
                 h = st["h"] = Host(send)
                 n = h.nbytes
                 tmp = st["tmp"] = torch.empty(self.size * n if me_root else 0, dtype=torch.uint8)
-                self.comm.gather(h.bytes().data_ptr(), tmp.data_ptr() if me_root else None, n, U8, root)
+                self.ops.gather(h.bytes().data_ptr(), tmp.data_ptr() if me_root else None, n, U8, root)
 
             def finish():
                 if me_root:
@@ -424,7 +432,7 @@ class Engine:
             st["o"] = o
             sv = self._red_view(h.t, red)
             ov = self._red_view(o.t, red)
-            self._reduce_call(red, lambda op: self.comm.reduce(sv.data_ptr(), ov.data_ptr(), sv.numel(),
+            self._reduce_call(red, lambda op: self.ops.reduce(sv.data_ptr(), ov.data_ptr(), sv.numel(),
                                                                red.gocl_dtype, op, root))
 
         def finish():
@@ -468,7 +476,7 @@ class Engine:
                 if n and p < hi and lo < p + n and p != base + self.rank * n:  # overlapping, not in place
                     h = Host(inp, copy=True)
                 st["h"] = h
-                self.comm.all_gather(h.bytes().data_ptr(), base, n, U8)
+                self.ops.all_gather(h.bytes().data_ptr(), base, n, U8)
 
             def finish():
                 tmp = st.get("tmp")
@@ -492,9 +500,9 @@ class Engine:
                     if p == self.rank:
                         continue
                     if n:
-                        self.comm.send(h.bytes().data_ptr(), n, U8, p)
+                        self.ops.send(h.bytes().data_ptr(), n, U8, p)
                     if hs[p].nbytes:
-                        self.comm.recv(hs[p].bytes().data_ptr(), hs[p].nbytes, U8, p)
+                        self.ops.recv(hs[p].bytes().data_ptr(), hs[p].nbytes, U8, p)
             as_bytes(hs[self.rank].t).copy_(h.bytes())
 
         def finish():
@@ -533,7 +541,7 @@ class Engine:
             if overlaps(h.t, o.t) and h.t.data_ptr() != o.t.data_ptr() + self.rank * n:
                 h = Host(inp, copy=True)
             st["h"] = h
-            self.comm.all_gather(h.bytes().data_ptr(), o.bytes().data_ptr(), n, U8)
+            self.ops.all_gather(h.bytes().data_ptr(), o.bytes().data_ptr(), n, U8)
 
         def finish():
             st["o"].write_back()
@@ -563,7 +571,7 @@ class Engine:
                 n = out.numel() * src.element_size()
                 tmp = st["tmp"] = torch.empty(self.size * n, dtype=torch.uint8)
                 st["src"] = src
-                self.comm.all_to_all(as_bytes(src).data_ptr(), tmp.data_ptr(), n, U8)
+                self.ops.all_to_all(as_bytes(src).data_ptr(), tmp.data_ptr(), n, U8)
 
             def finish():
                 res = self._local_reduce(st["tmp"], red, dtype)
@@ -578,7 +586,7 @@ class Engine:
             st["o"] = o
             sv = self._red_view(src, red)
             ov = self._red_view(o.t, red)
-            self._reduce_call(red, lambda op: self.comm.reduce_scatter(sv.data_ptr(), ov.data_ptr(), ov.numel(),
+            self._reduce_call(red, lambda op: self.ops.reduce_scatter(sv.data_ptr(), ov.data_ptr(), ov.numel(),
                                                                        red.gocl_dtype, op))
 
         def finish():
@@ -639,9 +647,9 @@ class Engine:
                     continue
                 s, r = sends[p], recvs[p]
                 if s is not None and s.numel():
-                    self.comm.send(s.data_ptr(), s.numel(), U8, p)
+                    self.ops.send(s.data_ptr(), s.numel(), U8, p)
                 if r is not None and r.numel():
-                    self.comm.recv(r.data_ptr(), r.numel(), U8, p)
+                    self.ops.recv(r.data_ptr(), r.numel(), U8, p)
         s, r = sends[self.rank], recvs[self.rank]
         if s is not None and r is not None and r.numel():
             r.copy_(s)
@@ -665,7 +673,7 @@ class Engine:
                 if overlaps(h.t, o.t):
                     h = Host(inp, copy=True)
                 st["h"] = h
-                self.comm.all_to_all(h.bytes().data_ptr(), o.bytes().data_ptr(), h.nbytes // self.size, U8)
+                self.ops.all_to_all(h.bytes().data_ptr(), o.bytes().data_ptr(), h.nbytes // self.size, U8)
 
             def finish():
                 st["o"].write_back()
@@ -735,7 +743,7 @@ class Engine:
                     src[i * n:(i + 1) * n].view(dtype).view(x.shape).copy_(x)
                 dst = st["dst"] = torch.empty(self.size * n, dtype=torch.uint8)
                 st["src"] = src
-                self.comm.all_to_all(src.data_ptr(), dst.data_ptr(), n, U8)
+                self.ops.all_to_all(src.data_ptr(), dst.data_ptr(), n, U8)
 
             def finish():
                 dst = st["dst"]
@@ -825,7 +833,7 @@ class Engine:
 
         def issue():
             h = st["h"] = Host(t)
-            self.comm.send(h.bytes().data_ptr(), h.nbytes, U8, peer)
+            self.ops.send(h.bytes().data_ptr(), h.nbytes, U8, peer)
         self.seq += 1
         return self.executor.submit(Task("send", issue, None, [t], [t], p2p=True), async_op=True)
 
@@ -836,7 +844,7 @@ class Engine:
 
         def issue():
             h = st["h"] = Host(t, read=False)
-            self.comm.recv(h.bytes().data_ptr(), h.nbytes, U8, peer)
+            self.ops.recv(h.bytes().data_ptr(), h.nbytes, U8, peer)
 
         def finish():
             st["h"].write_back()
@@ -858,8 +866,9 @@ class Engine:
         def finish():
             st["h"].write_back()
         self.seq += 1
-        self.executor.flush()  # earlier isend/irecv go first, in program order
-        work = self.executor.submit(Task("recvAnySource", issue, finish, [t], [t]), async_op=True)
+        # held back with the group's isend/irecv (program order), then run alone
+        work = self.executor.submit(Task("recvAnySource", issue, finish, [t], [t], p2p=True, blocking=True),
+                                    async_op=True)
         return work
 
     # ------------------------------------------------------------ barrier
@@ -868,7 +877,7 @@ class Engine:
         flag = torch.zeros(1, dtype=torch.uint8)
 
         def issue():
-            self.comm.all_reduce(flag.data_ptr(), flag.data_ptr(), 1, U8, _core.MAX)
+            self.ops.all_reduce(flag.data_ptr(), flag.data_ptr(), 1, U8, _core.MAX)
         return self._submit(Task("barrier", issue, None, [flag]), opts)
 
     def monitored_barrier(self, opts=None, wait_all_ranks: bool = False) -> GoclWork:
@@ -941,6 +950,44 @@ class Engine:
             return
         self._shut = True
         self.comm.abort()
+
+
+class _Calls:
+    """The communicator's calls as a task's issue makes them: on the
+    group's stream while the executor launches an asynchronous call, on
+    the NULL stream otherwise."""
+
+    __slots__ = ("_c", "_ex")
+
+    def __init__(self, comm: _core.Comm, executor: Executor):
+        self._c, self._ex = comm, executor
+
+    def all_reduce(self, send, recv, count, dtype, op):
+        self._c.all_reduce(send, recv, count, dtype, op, self._ex.st)
+
+    def broadcast(self, send, recv, count, dtype, root):
+        self._c.broadcast(send, recv, count, dtype, root, self._ex.st)
+
+    def reduce(self, send, recv, count, dtype, op, root):
+        self._c.reduce(send, recv, count, dtype, op, root, self._ex.st)
+
+    def all_gather(self, send, recv, count, dtype):
+        self._c.all_gather(send, recv, count, dtype, self._ex.st)
+
+    def reduce_scatter(self, send, recv, count, dtype, op):
+        self._c.reduce_scatter(send, recv, count, dtype, op, self._ex.st)
+
+    def all_to_all(self, send, recv, count, dtype):
+        self._c.all_to_all(send, recv, count, dtype, self._ex.st)
+
+    def gather(self, send, recv, count, dtype, root):
+        self._c.gather(send, recv, count, dtype, root, self._ex.st)
+
+    def send(self, buf, count, dtype, peer):
+        self._c.send(buf, count, dtype, peer, self._ex.st)
+
+    def recv(self, buf, count, dtype, peer):
+        self._c.recv(buf, count, dtype, peer, self._ex.st)
 
 
 def _core_timeout() -> float:

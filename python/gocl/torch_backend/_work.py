@@ -1,53 +1,61 @@
-"""Works, tasks and the per-group executor.
+"""Works, tasks and the per-group executor: no Python thread in the data path.
 
 Every c10d call becomes a :class:`Task`: ``issue`` makes the gocl calls
 (staging tensors to host first), ``finish`` runs once they are done (copies
-results back, finishes local reductions). Tasks of one group run one at a
-time in the order they were submitted:
+staged results back, finishes local reductions). Tasks run on the caller's
+thread, in the order they were submitted:
 
-* a synchronous call (``async_op=False``, known from ``opts.asyncOp``) runs
-  inline on the caller's thread when nothing is queued, so the latency path
-  has no thread hand-off;
-* an asynchronous call (or any call while earlier work is still queued) goes
-  to the group's worker thread, and its Work completes later;
-* between start_coalescing and end_coalescing, tasks are collected and run
-  together inside one goclGroupStart/End (batch_isend_irecv);
+* a synchronous call (``async_op=False``, known from ``opts.asyncOp``)
+  issues its gocl calls on the NULL stream, which gocl orders after the
+  communicator's queued work, and returns when they are done;
+* an asynchronous call issues its gocl calls on the group's libgocl stream
+  (``goclStreamCreate``): they are queued there and run inside libgocl,
+  outside the GIL, while Python goes on. An event recorded behind them
+  tells their :class:`StreamWork` when they are done and what failed;
+  ``wait()`` blocks in ``goclEventSynchronize`` (ctypes drops the GIL) and
+  ``get_future()``'s Future is completed by a host function
+  (``goclLaunchHostFunc``) that libgocl calls once the work is done;
+* a task whose tensors are staged (CUDA, non-contiguous) first waits for
+  the group's queued work, so its host copies see every earlier call's
+  results, as when the calls ran one after the other;
+* between start_coalescing and end_coalescing, tasks are collected and
+  issued together inside one goclGroupStart/End (batch_isend_irecv);
 * queued point-to-point tasks (isend/irecv) wait for company before they
-  run: consecutive ones run together in one gocl group, so
+  are issued: consecutive ones go out together in one gocl group, so
   ``req = isend(next); recv(prev); req.wait()`` or ``irecv; isend; wait``
   rings progress at any size instead of each rank blocking in its first
   call. They are released by program events only, never by a clock: a
   wait() on one of their Works (or get_future(), is_completed()) releases
-  every point-to-point task submitted so far; a collective or synchronous
-  call queued behind them runs them first; destroying the group runs the
-  rest. So a send nobody waits for goes out with the group's next call.
+  every point-to-point task submitted so far; any other call on the group
+  issues them first; destroying the group issues the rest. So a send
+  nobody waits for goes out with the group's next call.
 
   (gocl runs one operation per communicator at a time, and a started gocl
   group takes no new members. A timer that released tasks, as
-  GOCL_TORCH_P2P_WINDOW_MS did, made the batches depend on timing: a rank
-  stalled for longer than the window between ``irecv`` and ``isend`` ran
-  the irecv alone, blocked in it with its isend queued behind, and when
-  every rank of a ring did so they waited for each other until
-  GOCL_TIMEOUT.)
+  GOCL_TORCH_P2P_WINDOW_MS did, made the batches depend on timing.)
 
-ctypes releases the GIL during each gocl call, so the worker's collectives
-overlap with Python and autograd work on other threads.
+The executor keeps every queued task (and so its tensors) referenced until
+its event says it is done, whether or not the caller keeps the Work.
 """
 
 from __future__ import annotations
 
+import atexit
 import collections
+import ctypes
 import datetime
+import itertools
 import os
 import threading
 import time
 import warnings
+import weakref
 
 import torch.distributed as dist
 from torch.futures import Future
 
-from .. import _core
-from ._staging import DeviceSync
+from .. import _core, _lib
+from ._staging import DeviceSync, direct
 
 
 _warned_window = False
@@ -66,100 +74,213 @@ def _warn_window() -> None:
 
 
 class Task:
-    __slots__ = ("name", "issue", "finish", "result", "sync", "p2p")
+    __slots__ = ("name", "issue", "finish", "result", "sync", "p2p", "blocking", "staged", "finished")
 
-    def __init__(self, name, issue, finish=None, result=(), tensors=(), p2p=False):
+    def __init__(self, name, issue, finish=None, result=(), tensors=(), p2p=False, blocking=False):
         self.name = name
         self.issue = issue
         self.finish = finish
         self.result = list(result)
         self.sync = DeviceSync(tensors)
         self.p2p = p2p
+        self.blocking = blocking  # runs on the NULL stream only (recv from any source)
+        self.staged = not all(direct(t) for t in _flat(tensors))
+        self.finished = False
+
+
+def _flat(tensors):
+    for t in tensors:
+        if isinstance(t, (list, tuple)):
+            yield from _flat(t)
+        else:
+            yield t
 
 
 def run_tasks(tasks: list[Task]) -> None:
-    """Run tasks: one directly, several inside one gocl group."""
+    """Issue tasks: one directly, several inside one gocl group. (Their
+    finish runs once their work is done: see StreamWork.)"""
     if len(tasks) == 1:
         t = tasks[0]
         with t.sync.on_streams():
             t.issue()
-            if t.finish is not None:
-                t.finish()
         return
-    syncs = [t.sync for t in tasks if t.sync.streams]
     merged = DeviceSync()
-    for s in syncs:
-        for dev, stream in s.streams.items():
+    for t in tasks:
+        for dev, stream in t.sync.streams.items():
             merged.streams.setdefault(dev, stream)
     with merged.on_streams():
         with _core.group():
             for t in tasks:
                 t.issue()
-        for t in tasks:
-            if t.finish is not None:
-                t.finish()
 
 
-class GoclWork(dist.Work):
-    """A Work backed by a torch Future.
+def _finish(task: Task) -> None:
+    if task.finished:
+        return
+    task.finished = True
+    if task.finish is not None:
+        with task.sync.on_streams():
+            task.finish()
 
-    wait() re-raises the operation's error (Works made by
-    ``_create_work_from_future`` swallow it), takes an optional timeout
-    (a timedelta or seconds; zero means none, as in C++), and get_future()
-    gives the future DDP comm hooks chain on; its value is the list of
-    output tensors.
+
+# ------------------------------------------------------------------ marks
+_lib_handle = None
+_event_query = _event_sync = _event_record = _event_create = _event_destroy = None
+
+
+def _bind() -> None:
+    global _lib_handle, _event_query, _event_sync, _event_record, _event_create, _event_destroy
+    if _lib_handle is None:
+        lib = _lib.lib()
+        _event_query, _event_sync = lib.goclEventQuery, lib.goclEventSynchronize
+        _event_record, _event_create, _event_destroy = lib.goclEventRecord, lib.goclEventCreate, lib.goclEventDestroy
+        _lib_handle = lib
+
+
+class _Mark:
+    """The end of one launch on a group's stream: its event (from the
+    executor's pool, returned when the last Work using it goes), and, once
+    seen, whether the work before it succeeded."""
+
+    __slots__ = ("ex", "ev", "done", "err", "__weakref__")
+
+    def __init__(self, ex: Executor, ev: int | None):
+        self.ex = ex
+        self.ev = ev  # None: nothing was queued (done at once)
+        self.done = ev is None
+        self.err = None
+
+    def _seen(self, rc: int) -> bool:
+        if rc == _core.IN_PROGRESS:
+            return False
+        if rc:
+            try:
+                _core.check(rc)  # the event's error text is this thread's last error
+            except Exception as exc:  # noqa: BLE001
+                self.err = exc
+        self.done = True
+        return True
+
+    def query(self) -> bool:
+        return self.done or self._seen(_event_query(self.ev))
+
+    def wait(self, seconds: float = 0.0) -> None:
+        if self.done:
+            return
+        if not seconds:
+            self._seen(_event_sync(self.ev))  # ctypes releases the GIL while libgocl waits
+            return
+        deadline = time.monotonic() + seconds
+        while not self.query():
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"gocl {self.ex.name}: operation did not complete within {seconds:g} s")
+            time.sleep(0.0002)
+
+    def __del__(self):
+        if self.ev is not None:
+            self.ex.release_event(self.ev)
+
+
+_FAILED = object()
+
+
+class StreamWork(dist.Work):
+    """A Work of tasks queued on a group's stream (or collected for a
+    gocl group that has not been issued yet).
+
+    wait() re-raises the operation's error (naming the rank where it
+    failed), takes an optional timeout (a timedelta or seconds; zero means
+    none, as in C++), and get_future() gives the future DDP comm hooks
+    chain on; its value is the list of output tensors.
     """
 
     source = -1  # recv from any source: the sender, set when the receive has run
 
-    def __init__(self, future: Future, result, executor: Executor | None = None):
+    def __init__(self, ex: Executor, tasks, result):
         super().__init__()
-        self._future = future
+        self._ex = ex
+        self._tasks = tasks
         self._result = result
-        self._executor = executor
+        self._mark: _Mark | None = None  # None: not issued yet
+        self._err = None  # an error raised while issuing or finishing
+        self._state = None  # None, True (done) or _FAILED
+        self._future: Future | None = None
 
-    def wait(self, timeout=None) -> bool:
+    # completion -------------------------------------------------------------
+    def _issued(self, mark: _Mark | None, err=None) -> None:
+        self._mark = mark
+        self._err = err
+        if err is not None:
+            self._complete()
+        elif self._future is not None and not self._future.done():
+            self._ex.on_done(self)
+
+    def _ready(self) -> bool:
+        if self._mark is None and self._err is None:
+            self._ex.flush()
+        if self._err is not None:
+            return True
+        return self._mark is not None and self._mark.query()
+
+    def _complete(self) -> None:
+        """Run the tasks' finish and settle the future, once (the work is done)."""
+        with self._ex.lock:
+            if self._state is None:
+                err = self._err
+                if err is None and self._mark is not None:
+                    err = self._mark.err
+                if err is None:
+                    try:
+                        for t in self._tasks:
+                            _finish(t)
+                    except Exception as exc:  # noqa: BLE001
+                        err = exc
+                self._err = err
+                self._state = True if err is None else _FAILED
         fut = self._future
-        if not fut.done():
-            if self._executor is not None:
-                self._executor.flush()
-            seconds = _seconds(timeout)
-            if seconds:
-                deadline = time.monotonic() + seconds
-                while not fut.done():
-                    if time.monotonic() >= deadline:
-                        raise TimeoutError(f"gocl: operation did not complete within {seconds:g} s")
-                    time.sleep(0.0005)
-        fut.wait()  # raises the operation's error, if any
-        return True
+        if fut is not None and not fut.done():
+            try:
+                if self._state is _FAILED:
+                    fut.set_exception(self._err)
+                else:
+                    fut.set_result(self._result)
+            except RuntimeError:  # settled meanwhile by another thread
+                pass
 
-    def get_future(self) -> Future:
-        if self._executor is not None and not self._future.done():
-            self._executor.flush()
-        return self._future
+    # c10d's Work ---------------------------------------------------------------
+    def wait(self, timeout=None) -> bool:
+        if self._state is None:
+            if self._mark is None and self._err is None:
+                self._ex.flush()
+            if self._mark is not None:
+                self._mark.wait(_seconds(timeout))
+            self._complete()
+        if self._state is _FAILED:
+            raise self._err
+        return True
 
     def is_completed(self) -> bool:
-        if self._executor is not None and not self._future.done():
-            self._executor.flush()
-        return self._future.done()
+        if self._state is None and self._ready():
+            self._complete()
+        return self._state is not None
+
+    def get_future(self) -> Future:
+        if self._future is None:
+            self._future = Future()
+            if self._state is None and self._ready():
+                self._complete()
+            elif self._state is None:
+                if self._mark is not None:
+                    self._ex.on_done(self)
+            else:
+                self._complete()
+        return self._future
 
     def is_success(self) -> bool:
-        if not self._future.done():
-            return False
-        try:
-            self._future.value()
-        except Exception:  # noqa: BLE001
-            return False
-        return True
+        return self.is_completed() and self._state is not _FAILED
 
     def exception(self):
-        if not self._future.done():
-            return None
-        try:
-            self._future.value()
-        except Exception as exc:  # noqa: BLE001
-            return exc
-        return None
+        return self._err if self.is_completed() and self._state is _FAILED else None
 
     def result(self):
         self.wait()
@@ -176,6 +297,9 @@ class GoclWork(dist.Work):
 
     def synchronize(self):
         self.wait()
+
+
+GoclWork = StreamWork  # the name other modules and older tests use
 
 
 def _seconds(timeout) -> float:
@@ -204,192 +328,260 @@ def completed_work(result):
         return _create_work_from_future(f)
     f = Future()
     f.set_result(result)
-    return GoclWork(f, result)
+    return _DoneWork(f, result)
+
+
+class _DoneWork(dist.Work):
+    def __init__(self, future, result):
+        super().__init__()
+        self._future, self._result = future, result
+
+    def wait(self, timeout=None):
+        return True
+
+    def is_completed(self):
+        return True
+
+    def get_future(self):
+        return self._future
+
+    def result(self):
+        return self._result
+
+
+# ------------------------------------------------------------------ host functions
+# get_future() of a queued Work: libgocl calls _on_host(key) on its stream's
+# host thread once the work is done; ctypes takes the GIL for it.
+_HOST_FN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_waiting: dict[int, StreamWork] = {}
+_keys = itertools.count(1)
+
+
+def _on_host(key):
+    work = _waiting.pop(key, None)
+    if work is not None:
+        try:
+            work._complete()
+        except BaseException:  # noqa: BLE001  (nothing may unwind into libgocl)
+            pass
+
+
+_HOST_FN = _HOST_FN_TYPE(_on_host)
+_executors: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _settle_at_exit() -> None:
+    """Let queued work and pending host functions finish before the
+    interpreter goes: a host function entering a finalizing interpreter
+    would take libgocl's thread down with it."""
+    for ex in list(_executors):
+        try:
+            ex.drain()
+        except Exception:  # noqa: BLE001  (errors belong to their Works)
+            pass
+    deadline = time.monotonic() + 5
+    while _waiting and time.monotonic() < deadline:
+        time.sleep(0.001)
 
 
 class Executor:
-    """Runs one group's tasks in submission order (see module docstring)."""
+    """Issues one group's tasks in submission order (see module docstring)."""
 
     def __init__(self, name: str):
-        self._name = name
-        self._mu = threading.Lock()
-        self._cv = threading.Condition(self._mu)
-        self._exec = threading.Lock()  # held while a task runs (inline or on the worker)
-        self._queue: collections.deque = collections.deque()
-        self._pending = 0  # submitted, not finished (inline ones included)
-        self._worker: threading.Thread | None = None
+        self.name = name
+        self.lock = threading.RLock()
+        self.st = None  # the stream handle gocl calls go to while a launch issues them
+        self._stream: _core.Stream | None = None
+        self._inflight: collections.deque = collections.deque()  # (mark, [works]) in stream order
+        self._events: list[int] = []  # recorded-and-released events, for reuse
+        self._p2p: list = []  # (task, work) held back (see module docstring)
+        self._batch: list | None = None  # (task, work) collected while coalescing
         self._closed = False
-        self._batch: list | None = None  # tasks collected while coalescing
-        self._submitted = 0  # tasks queued so far; queue entries carry their number
-        self._released = 0  # queued point-to-point tasks numbered up to this may run
-        self._draining = 0  # threads waiting in drain()
+        _executors.add(self)
         _warn_window()
 
     # coalescing -----------------------------------------------------------
     def start_coalescing(self) -> None:
-        with self._mu:
+        with self.lock:
             if self._batch is not None:
-                raise RuntimeError(f"gocl {self._name}: start_coalescing called twice without end_coalescing")
+                raise RuntimeError(f"gocl {self.name}: start_coalescing called twice without end_coalescing")
             self._batch = []
 
-    def end_coalescing(self, async_op: bool = True) -> GoclWork:
-        with self._mu:
+    def end_coalescing(self, async_op: bool = True):
+        with self.lock:
             batch, self._batch = self._batch, None
-        if batch is None:
-            raise RuntimeError(f"gocl {self._name}: end_coalescing without start_coalescing")
-        tasks = [t for t, _ in batch]
-        futures = [(f, t.result) for t, f in batch]
-        result = [x for t in tasks for x in t.result]
-        if not tasks:
-            return completed_work([])
+            if batch is None:
+                raise RuntimeError(f"gocl {self.name}: end_coalescing without start_coalescing")
+            if not batch:
+                return completed_work([])
+            tasks = [t for t, _ in batch]
+            combined = StreamWork(self, tasks, [x for t in tasks for x in t.result])
+            self._launch(tasks, [w for _, w in batch] + [combined])
+        if not async_op:
+            combined.wait()
+        return combined
 
-        # one task running the whole batch in one group; completes every
-        # member's future too
-        def issue():
-            run_tasks(tasks)
+    # fast path ----------------------------------------------------------------
+    def inline_ok(self) -> bool:
+        """Whether a synchronous host call may go straight to gocl's NULL
+        stream (nothing held back or being collected)."""
+        return not (self._p2p or self._batch is not None or self._closed)
 
-        combined = Task("coalesced", issue, result=result)
-        work = self._submit(combined, async_op, also=futures)
+    def stream_handle(self) -> int:
+        """The group's stream, made on first use (under the lock)."""
+        s = self._stream
+        if s is None:
+            _bind()
+            s = self._stream = _core.Stream()
+        return s.handle
+
+    def mark(self) -> _Mark:
+        """Record an event behind what was just queued on the stream."""
+        ev = self._events.pop() if self._events else None
+        if ev is None:
+            h = ctypes.c_void_p()
+            _core.check(_event_create(ctypes.byref(h)))
+            ev = h.value
+        _core.check(_event_record(ev, self._stream.handle))
+        return _Mark(self, ev)
+
+    def release_event(self, ev: int) -> None:
+        if self._closed:
+            _event_destroy(ev)
+        else:
+            self._events.append(ev)
+
+    def queued(self, result) -> StreamWork:
+        """The Work of gocl calls just queued on the stream by the caller
+        (under the lock), with no task to finish: result holds the tensors."""
+        work = StreamWork(self, (), result)
+        mark = work._mark = self.mark()
+        self.track(mark, (work,))
         return work
 
-    # inline fast path --------------------------------------------------------
-    def try_inline(self) -> bool:
-        """Claim the executor for a call made right here, if nothing is queued
-        or being collected; pair with end_inline()."""
-        with self._mu:
-            if self._pending or self._batch is not None or self._closed:
-                return False
-            self._pending = 1
-            self._exec.acquire()  # free: nothing is pending
-            return True
-
-    def end_inline(self) -> None:
-        self._exec.release()
-        self._done_one()
+    def track(self, mark: _Mark, works) -> None:
+        """Keep mark's works (their tensors) until the mark is done; let go
+        of those that are done already (in stream order)."""
+        q = self._inflight
+        while q and q[0][0].query():
+            for w in q.popleft()[1]:
+                w._complete()
+        q.append((mark, works))
 
     # submission -----------------------------------------------------------
-    def submit(self, task: Task, async_op: bool) -> GoclWork:
-        with self._mu:
-            if self._batch is not None:
-                f = Future()
-                self._batch.append((task, f))
-                return GoclWork(f, task.result)
-        return self._submit(task, async_op)
-
-    def _submit(self, task: Task, async_op: bool, also=()) -> GoclWork:
-        with self._mu:
+    def submit(self, task: Task, async_op: bool):
+        with self.lock:
             if self._closed:
-                raise RuntimeError(f"gocl {self._name}: the process group was shut down")
-            inline = not async_op and self._pending == 0
-            self._pending += 1
-            if inline:
-                self._exec.acquire()  # free: nothing is pending
+                raise RuntimeError(f"gocl {self.name}: the process group was shut down")
+            work = StreamWork(self, [task], task.result) if (async_op or task.p2p or self._batch is not None) \
+                else None
+            if self._batch is not None:
+                self._batch.append((task, work))
+                return work
+            if task.p2p:
+                self._p2p.append((task, work))
+                return work
+            if self._p2p:
+                self._flush_locked()
+            if task.staged or task.blocking:
+                self._drain_locked()
+            if work is None:
+                run_tasks([task])  # the NULL stream: after the group's queued work
+                _finish(task)
+                return completed_work(task.result)
+            if task.blocking:
+                self._run_blocking(task, work)
             else:
-                fut = Future()
-                self._submitted += 1
-                self._queue.append((task, fut, also, self._submitted))
-                if not async_op:
-                    self._released = self._submitted
-                self._ensure_worker()
-                self._cv.notify_all()  # the worker; drain() waits on the same condition
-        if inline:
-            try:
-                run_tasks([task])
-            except BaseException as exc:
-                for f, _ in also:
-                    f.set_exception(exc)
-                raise
-            finally:
-                self._exec.release()
-                self._done_one()
-            for f, res in also:
-                f.set_result(res)
-            return completed_work(task.result)
-        return GoclWork(fut, task.result, self)
+                self._launch([task], [work])
+            return work
 
+    def _launch(self, tasks, works) -> None:
+        """Issue tasks on the stream (under the lock); their works complete
+        with the event behind them, or fail at once if issuing failed."""
+        self.st = self.stream_handle()
+        try:
+            run_tasks(tasks)
+        except Exception as exc:  # noqa: BLE001  (surfaces at wait(), as c10d's async errors do)
+            for w in works:
+                w._issued(None, exc)
+            return
+        finally:
+            self.st = None
+        mark = self.mark()
+        for w in works:
+            w._issued(mark)
+        self.track(mark, works)
+
+    def _run_blocking(self, task, work) -> None:
+        try:
+            run_tasks([task])
+        except Exception as exc:  # noqa: BLE001
+            work._issued(None, exc)
+            return
+        work._issued(None)
+        work._complete()
+
+    def on_done(self, work: StreamWork) -> None:
+        """Complete work's future from libgocl's host thread once it is done."""
+        key = next(_keys)
+        _waiting[key] = work
+        rc = _lib.lib().goclLaunchHostFunc(self._stream.handle, _HOST_FN, key)
+        if rc:
+            _waiting.pop(key, None)
+            _core.check(rc)
+
+    # releasing, draining --------------------------------------------------
     def flush(self) -> None:
-        """Release every point-to-point task submitted so far (and only
-        those: the batch a wait() starts is fixed by program order, not by
-        when the worker gets to it)."""
-        with self._mu:
-            if self._released < self._submitted:
-                self._released = self._submitted
-                self._cv.notify_all()
+        """Issue every point-to-point task held back so far."""
+        with self.lock:
+            if self._p2p:
+                self._flush_locked()
 
-    def _done_one(self, n: int = 1) -> None:
-        with self._mu:
-            self._pending -= n
-            if self._draining:
-                self._cv.notify_all()
-
-    def _ensure_worker(self) -> None:
-        if self._worker is None:
-            self._worker = threading.Thread(target=self._loop, name=f"gocl-{self._name}", daemon=True)
-            self._worker.start()
-
-    def _next(self):
-        """Under _mu: wait for the next batch to run (None: closed). A batch is
-        one task, or point-to-point tasks at the head: all of them when
-        something else is queued behind them (or the executor is closing),
-        else those released by flush()."""
-        queue = self._queue
-        while True:
-            if not queue:
-                if self._closed:
-                    return None
-                self._cv.wait()
+    def _flush_locked(self) -> None:
+        held, self._p2p = self._p2p, []
+        i = 0
+        while i < len(held):
+            if held[i][0].blocking:  # a receive from any source: alone, after what is queued
+                self._drain_locked()
+                self._run_blocking(*held[i])
+                i += 1
                 continue
-            if not queue[0][0].p2p:
-                return [queue.popleft()]
-            n = 1
-            while n < len(queue) and queue[n][0].p2p:
-                n += 1
-            if n == len(queue) and not self._closed:
-                n = 0
-                while n < len(queue) and queue[n][3] <= self._released:
-                    n += 1
-                if n == 0:
-                    self._cv.wait()
-                    continue
-            return [queue.popleft() for _ in range(n)]
+            j = i
+            while j < len(held) and not held[j][0].blocking:
+                j += 1
+            chunk = held[i:j]
+            if any(t.staged for t, _ in chunk):
+                self._drain_locked()
+            self._launch([t for t, _ in chunk], [w for _, w in chunk])
+            i = j
 
-    def _loop(self) -> None:
-        while True:
-            with self._mu:
-                batch = self._next()
-            if batch is None:
-                return
-            with self._exec:
-                try:
-                    run_tasks([entry[0] for entry in batch])
-                    err = None
-                except BaseException as exc:  # noqa: BLE001
-                    err = exc
-            self._done_one(len(batch))
-            for task, fut, also, _ in batch:
-                for f, res in ((fut, task.result), *also):
-                    if err is None:
-                        f.set_result(res)
-                    else:
-                        f.set_exception(err)
+    def _drain_locked(self) -> None:
+        q = self._inflight
+        while q:
+            mark, works = q.popleft()
+            mark.wait()
+            for w in works:
+                w._complete()
 
     def drain(self) -> None:
-        """Wait until every submitted task has finished."""
-        with self._mu:
-            self._released = self._submitted
-            self._cv.notify_all()
-            self._draining += 1
-            try:
-                while self._pending:
-                    self._cv.wait()
-            finally:
-                self._draining -= 1
+        """Issue what is held back, then wait until everything issued has
+        finished (errors stay with their Works)."""
+        with self.lock:
+            if self._p2p:
+                self._flush_locked()
+            self._drain_locked()
 
     def close(self) -> None:
-        self.drain()
-        with self._mu:
-            self._closed = True
-            self._cv.notify_all()
-            worker = self._worker
-        if worker is not None and worker is not threading.current_thread():
-            worker.join()
+        with self.lock:
+            if self._closed:
+                return
+            try:
+                self.drain()
+            finally:
+                self._closed = True
+                events, self._events = self._events, []
+                for ev in events:
+                    _event_destroy(ev)
+                if self._stream is not None:
+                    self._stream.destroy()

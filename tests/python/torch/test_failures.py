@@ -31,14 +31,27 @@ def test_mismatched_calls_fail_on_every_rank():
 
 @pytest.mark.ranks(2)
 def test_dead_peer_fails_the_survivor():
+    """A peer dies while DDP's buckets (asynchronous all_reduce on the
+    group's stream) are in flight: backward() raises naming it, no hang;
+    later calls fail too."""
+    import time
+
     dist.init_process_group("gocl", timeout=datetime.timedelta(seconds=30))
     rank = dist.get_rank()
-    dist.all_reduce(torch.ones(3))
+    torch.manual_seed(0)
+    ddp = torch.nn.parallel.DistributedDataParallel(
+        torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(8)]), bucket_cap_mb=0.25)
+    x = torch.randn(4, 256)
+    ddp(x).sum().backward()  # one healthy step
     if rank == 1:
         os._exit(0)  # dies without a word
+    t0 = time.perf_counter()
     with pytest.raises(Exception, match="rank 1"):
-        for _ in range(100):  # the first calls may still be buffered
-            dist.all_reduce(torch.ones(1 << 20))
+        for _ in range(50):  # the first buckets may still be buffered
+            ddp(x).sum().backward()
+    assert time.perf_counter() - t0 < 25, "the survivor hung"
+    with pytest.raises(Exception, match="rank 1"):
+        dist.all_reduce(torch.ones(1 << 20))
     os._exit(0)
 
 

@@ -1,0 +1,254 @@
+"""What a torch training job pays for communication: gloo vs gocl, alternated.
+
+    .venv/bin/python bench/torch_ddp.py                  # 2 and 4 local ranks
+    .venv/bin/python bench/torch_ddp.py -n 2 --markdown --rounds 5
+
+For each rank count the script starts that many local ranks (spawned
+processes, torchrun's environment). Every rank has a default "gocl" group and
+a "gloo" group over the same ranks, and measures, alternating the two
+backends round by round so that machine load hits both alike:
+
+* ``all_reduce``, ``reduce_scatter_tensor`` and ``all_gather_into_tensor``
+  (float32; the size is each rank's buffer: all_reduce's tensor,
+  reduce_scatter's input, all_gather's output), a burst of back-to-back calls
+  per round;
+* a DDP training step of a communication-heavy model (4.2M parameters: five
+  1024x1024 layers plus a head, batch 16 per rank, 4 MB buckets) — forward,
+  backward with DDP's bucketed asynchronous all_reduce, SGD step;
+* an FSDP2 step (``fully_shard`` per layer on a DeviceMesh made from the
+  group): all_gather_into_tensor before each layer, reduce_scatter_tensor of
+  its gradients.
+
+Times are medians over rounds of rank 0's time; ratio = gloo / gocl (> 1:
+gocl is faster). After training, the DDP and FSDP2 parameters of the two
+backends are compared (same seeds and data: they must agree).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+SIZES = [8, 64 << 10, 1 << 20, 16 << 20]
+OPS = ("all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor")
+
+
+def _human(n: int) -> str:
+    for unit, f in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= f and n % f == 0:
+            return f"{n // f} {unit}"
+    return f"{n} B"
+
+
+def make_model(hidden: int = 1024, depth: int = 5):
+    import torch
+
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(depth):
+        layers += [torch.nn.Linear(hidden, hidden), torch.nn.ReLU()]
+    layers.append(torch.nn.Linear(hidden, 1))
+    return torch.nn.Sequential(*layers)
+
+
+# ---------------------------------------------------------------- one rank
+def worker(args) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gocl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    groups = {"gocl": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
+    ctrl = groups["gloo"]
+
+    def emit(row):
+        if rank == 0:
+            print(json.dumps(row), flush=True)
+
+    def agree(x: float) -> float:
+        t = torch.tensor([x], dtype=torch.float64)
+        dist.broadcast(t, src=0, group=ctrl)
+        return float(t.item())
+
+    # collectives ------------------------------------------------------------
+    def op_call(op, g, bufs):
+        if op == "all_reduce":
+            dist.all_reduce(bufs[0], group=g)
+        elif op == "reduce_scatter_tensor":
+            dist.reduce_scatter_tensor(bufs[1], bufs[0], group=g)
+        else:
+            dist.all_gather_into_tensor(bufs[0], bufs[1], group=g)
+
+    for op in OPS if args.collectives else ():
+        for size in [s for s in SIZES if s <= args.max_bytes]:
+            count = max(world, size // 4 // world * world)
+            bufs = (torch.ones(count), torch.ones(count // world))
+
+            def burst(name, iters):
+                g = groups[name]
+                dist.barrier(group=g)
+                t0 = time.perf_counter()
+                for _ in range(iters):
+                    op_call(op, g, bufs)
+                return (time.perf_counter() - t0) / iters
+
+            est = max(burst("gocl", 2), burst("gloo", 2))
+            iters = int(agree(max(1, min(args.max_iters, int(args.burst_s / max(est, 1e-7))))))
+            times = {"gocl": [], "gloo": []}
+            for r in range(args.rounds):
+                for name in (("gocl", "gloo") if r % 2 == 0 else ("gloo", "gocl")):
+                    times[name].append(burst(name, iters))
+            emit({"kind": op, "size": count * 4, "iters": iters,
+                  "gocl": statistics.median(times["gocl"]), "gloo": statistics.median(times["gloo"])})
+
+    # DDP ---------------------------------------------------------------------
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    g = torch.Generator().manual_seed(1234 + rank)
+    x = torch.randn(args.batch, 1024, generator=g)
+    y = torch.randn(args.batch, 1, generator=g)
+    ddp = {n: DDP(make_model(), process_group=groups[n], bucket_cap_mb=4) for n in groups}
+    opts = {n: torch.optim.SGD(ddp[n].parameters(), lr=0.01) for n in groups}
+
+    def ddp_step(name):
+        dist.barrier(group=groups[name])
+        t0 = time.perf_counter()
+        opts[name].zero_grad(set_to_none=True)
+        torch.nn.functional.mse_loss(ddp[name](x), y).backward()
+        opts[name].step()
+        return time.perf_counter() - t0
+
+    step_rows(emit, "ddp_step", ddp_step, args.steps)
+    emit({"kind": "ddp_params", "max_diff": max_diff(ddp["gocl"].module, ddp["gloo"].module)})
+
+    # FSDP2 -------------------------------------------------------------------
+    if args.fsdp:
+        try:
+            from torch.distributed.device_mesh import DeviceMesh
+            from torch.distributed.fsdp import fully_shard
+        except ImportError:
+            emit({"kind": "fsdp_skipped", "why": "no torch.distributed.fsdp.fully_shard"})
+        else:
+            fs, fopt = {}, {}
+            for n in groups:
+                mesh = DeviceMesh.from_group(groups[n], device_type="cpu")
+                m = make_model()
+                for layer in m:
+                    if isinstance(layer, torch.nn.Linear):
+                        fully_shard(layer, mesh=mesh)
+                fs[n] = fully_shard(m, mesh=mesh)
+                fopt[n] = torch.optim.SGD(fs[n].parameters(), lr=0.01)
+
+            def fsdp_step(name):
+                dist.barrier(group=groups[name])
+                t0 = time.perf_counter()
+                fopt[name].zero_grad(set_to_none=True)
+                torch.nn.functional.mse_loss(fs[name](x), y).backward()
+                fopt[name].step()
+                return time.perf_counter() - t0
+
+            step_rows(emit, "fsdp2_step", fsdp_step, args.steps)
+            local = {n: torch.cat([p.detach().to_local().reshape(-1) for p in fs[n].parameters()]) for n in groups}
+            emit({"kind": "fsdp2_params", "max_diff": float((local["gocl"] - local["gloo"]).abs().max())})
+    dist.barrier(group=ctrl)
+    dist.destroy_process_group()
+
+
+def step_rows(emit, kind, step, steps) -> None:
+    for name in ("gocl", "gloo"):  # warm up: first steps build buckets and caches
+        step(name)
+        step(name)
+    times = {"gocl": [], "gloo": []}
+    for r in range(steps):
+        for name in (("gocl", "gloo") if r % 2 == 0 else ("gloo", "gocl")):
+            times[name].append(step(name))
+    emit({"kind": kind, "size": 0, "iters": steps,
+          "gocl": statistics.median(times["gocl"]), "gloo": statistics.median(times["gloo"])})
+
+
+def max_diff(a, b) -> float:
+    return max(float((p - q).detach().abs().max()) for p, q in zip(a.parameters(), b.parameters()))
+
+
+# ---------------------------------------------------------------- launcher
+def run(n: int, args) -> list[dict]:
+    from gocl.launcher import free_port, rank_env
+
+    port = free_port()
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--max-bytes", str(args.max_bytes),
+           "--rounds", str(args.rounds), "--burst-s", str(args.burst_s), "--max-iters", str(args.max_iters),
+           "--steps", str(args.steps), "--batch", str(args.batch)] + ([] if args.fsdp else ["--no-fsdp"]) + \
+        ([] if args.collectives else ["--no-collectives"])
+    procs = [subprocess.Popen(cmd, env=rank_env(r, n, "127.0.0.1", port), stdout=subprocess.PIPE if r == 0 else
+                              subprocess.DEVNULL, text=True) for r in range(n)]
+    rows = []
+    for line in procs[0].stdout:
+        line = line.strip()
+        if line.startswith("{"):
+            row = json.loads(line)
+            row["ranks"] = n
+            rows.append(row)
+            print(f"  {n} ranks {describe(row)}", file=sys.stderr, flush=True)
+            if args.markdown:
+                print(table([row], head=False), flush=True)
+        elif line:
+            print(line, file=sys.stderr)
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        raise SystemExit(f"{n} ranks: a rank failed (exit codes {codes})")
+    return rows
+
+
+def describe(row) -> str:
+    if "gocl" in row:
+        what = row["kind"] + ("" if row["kind"].endswith("_step") else f" {_human(row['size'])}")
+        return (f"{what:34} gloo {row['gloo'] * 1e6:10.1f} us  gocl {row['gocl'] * 1e6:10.1f} us  "
+                f"ratio {row['gloo'] / row['gocl']:5.2f}")
+    return json.dumps(row)
+
+
+def table(rows: list[dict], head: bool = True) -> str:
+    out = ["| ranks | what | gloo us | gocl us | gloo/gocl |", "|---:|---|---:|---:|---:|"] if head else []
+    for r in rows:
+        if "gocl" in r:
+            what = r["kind"] + ("" if r["kind"].endswith("_step") else f" {_human(r['size'])}")
+            out.append(f"| {r['ranks']} | {what} | {r['gloo'] * 1e6:.1f} | {r['gocl'] * 1e6:.1f} | "
+                       f"{r['gloo'] / r['gocl']:.2f} |")
+        elif "max_diff" in r:
+            out.append(f"| {r['ranks']} | {r['kind']}: largest gloo/gocl parameter difference | | | "
+                       f"{r['max_diff']:.2e} |")
+    return "\n".join(out)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-n", "--ranks", type=int, action="append", help="rank counts (default: 2 and 4)")
+    p.add_argument("--max-bytes", type=int, default=16 << 20, help="largest collective size in bytes")
+    p.add_argument("--rounds", type=int, default=5, help="alternating rounds per size (median taken)")
+    p.add_argument("--burst-s", type=float, default=0.03, help="target seconds per timed burst")
+    p.add_argument("--max-iters", type=int, default=500)
+    p.add_argument("--steps", type=int, default=10, help="alternating DDP / FSDP2 steps per backend")
+    p.add_argument("--batch", type=int, default=16, help="samples per rank and step")
+    p.add_argument("--no-fsdp", dest="fsdp", action="store_false", help="leave out the FSDP2 step")
+    p.add_argument("--no-collectives", dest="collectives", action="store_false",
+                   help="leave out the collectives (steps only)")
+    p.add_argument("--markdown", action="store_true", help="print a markdown table at the end")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    if args.markdown:
+        print(table([]), flush=True)
+    for n in args.ranks or [2, 4]:
+        run(n, args)
+
+
+if __name__ == "__main__":
+    main()
