@@ -86,13 +86,26 @@ func acceptPeers(self int, ln net.Listener, secret []byte, conns [][]net.Conn, e
 	}
 	results := make(chan greeted)
 	failed := make(chan error, 1)
-	done := make(chan struct{})
-	defer close(done)
+	done, acceptorGone := make(chan struct{}), make(chan struct{})
+	defer func() {
+		// The acceptor must be gone before we return: the listener then
+		// answers liveness probes (Serve), and a leftover Accept here would
+		// take those connections and drop them.
+		close(done)
+		if d, ok := ln.(interface{ SetDeadline(time.Time) error }); ok {
+			d.SetDeadline(time.Now())
+		}
+		<-acceptorGone
+	}()
 	go func() { // ends when ln is closed or its deadline passes
+		defer close(acceptorGone)
 		for {
 			c, err := ln.Accept()
 			if err != nil {
-				failed <- err
+				select {
+				case failed <- err:
+				default:
+				}
 				return
 			}
 			go func() {

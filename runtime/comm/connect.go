@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"gocl/kernels"
 	"gocl/runtime/bootstrap"
 	"gocl/runtime/config"
 	"gocl/runtime/debuglog"
@@ -192,14 +191,6 @@ func (c *Comm) connect(ln net.Listener, secret []byte, deadline time.Time) error
 		}
 		return err
 	}
-	if err := c.agreeChannels(); err != nil {
-		for _, l := range c.links {
-			if l != nil {
-				l.Close()
-			}
-		}
-		return err
-	}
 	for p := range c.peers {
 		if p != c.rank {
 			debuglog.Infof(debuglog.Init, c.rank, "channel to rank %d (pid %d, %s) via %s", p, c.peers[p].Pid, c.peers[p].Addr, c.links[p].Name())
@@ -241,12 +232,11 @@ type channeled interface {
 	UseChannels(lo, hi int)
 }
 
-// agreeChannels settles how many channels every call may be split across:
-// the fewest any link of any rank has, so that all ranks split a call alike
-// (a communicator with any link of one FIFO, inproc or socket, uses one),
-// and GOCL_MIN_NCHANNELS, the smallest any rank asks for.
-func (c *Comm) agreeChannels() error {
-	lo, have, _ := c.channelSettings() // checked at the start of connect
+// channelOffer is what this rank brings to the init exchange (tuning.go):
+// the most channels all its links have (1 if any link is a single FIFO,
+// inproc or socket) and GOCL_MIN_NCHANNELS.
+func (c *Comm) channelOffer() (have, lo int) {
+	lo, have, _ = c.channelSettings() // checked at the start of connect
 	for _, l := range c.links {
 		if l == nil {
 			continue
@@ -257,15 +247,12 @@ func (c *Comm) agreeChannels() error {
 			have = 1
 		}
 	}
-	if c.nranks > 1 {
-		all := make([]byte, 2*c.nranks)
-		if err := c.allGather([]byte{byte(min(have, 255)), byte(min(lo, 255))}, all, 2, kernels.Uint8); err != nil {
-			return err
-		}
-		for r := 0; r < c.nranks; r++ {
-			have, lo = min(have, int(all[2*r])), min(lo, int(all[2*r+1]))
-		}
-	}
+	return have, lo
+}
+
+// useChannels applies the agreed counts (the fewest any rank offered), so
+// that all ranks split a call alike.
+func (c *Comm) useChannels(have, lo int) {
 	for _, l := range c.links {
 		if ch, ok := l.(channeled); ok {
 			ch.UseChannels(lo, have)
@@ -274,5 +261,4 @@ func (c *Comm) agreeChannels() error {
 	if have > 1 {
 		debuglog.Infof(debuglog.Init, c.rank, "large calls split across up to %d channels (at least %d)", have, min(lo, have))
 	}
-	return nil
 }

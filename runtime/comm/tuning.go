@@ -14,14 +14,16 @@ import (
 )
 
 // tuneRecord is one rank's entry in the init exchange: a hash of the
-// settings that must agree, then its links' transport names.
+// settings that must agree, its channel offer (2 bytes), then its links'
+// transport names. One exchange at init, so the user's calls start at #1.
 const tuneRecord = 128
 
 // setupTuner builds the communicator's tuner. Every rank must pick the same
 // algorithm for a call, so the ranks first exchange the transports their
 // links use and a fingerprint of their tuning settings: all build the model
 // from the union of transports, and ranks whose settings differ fail init
-// here instead of mismatching on their first call.
+// here instead of mismatching on their first call. The same exchange
+// settles the channel count (channelOffer).
 func (c *Comm) setupTuner(s tune.Settings) error {
 	seen := map[string]bool{}
 	for _, l := range c.links {
@@ -33,7 +35,9 @@ func (c *Comm) setupTuner(s tune.Settings) error {
 	fmt.Fprintf(fp, "%s|%d|%d", s, s.DirectMax, c.chunk)
 	mine := make([]byte, tuneRecord)
 	copy(mine, fp.Sum(nil))
-	copy(mine[8:], strings.Join(sortedKeys(seen), ","))
+	have, lo := c.channelOffer()
+	mine[8], mine[9] = byte(min(have, 255)), byte(min(lo, 255))
+	copy(mine[10:], strings.Join(sortedKeys(seen), ","))
 	if c.nranks > 1 {
 		all := make([]byte, tuneRecord*c.nranks)
 		if err := c.allGather(mine, all, tuneRecord, kernels.Uint8); err != nil {
@@ -46,13 +50,15 @@ func (c *Comm) setupTuner(s tune.Settings) error {
 					"rank %d: rank %d runs with other GOCL_ALGO, GOCL_PROTO, GOCL_DIRECT_THRESHOLD or GOCL_BUFFSIZE settings than this rank (%s, direct up to %d B, chunk %d B): set them the same on every rank",
 					c.rank, r, s, s.DirectMax, c.chunk)
 			}
-			for _, t := range strings.Split(string(bytes.TrimRight(rec[8:], "\x00")), ",") {
+			have, lo = min(have, int(rec[8])), min(lo, int(rec[9]))
+			for _, t := range strings.Split(string(bytes.TrimRight(rec[10:], "\x00")), ",") {
 				if t != "" {
 					seen[t] = true
 				}
 			}
 		}
 	}
+	c.useChannels(have, lo)
 	c.plan = tune.NewPlan(s, c.nranks, sortedKeys(seen), c.chunk)
 	if c.rank == 0 && debuglog.Enabled(debuglog.Info, debuglog.Tuning) {
 		for _, line := range c.plan.Table() {
