@@ -38,7 +38,7 @@ var errFallback = shm.ErrUnavailable
 var connectors = []connector{
 	{name: "inproc", can: func(a, b *bootstrap.PeerInfo) bool { return a.Proc == b.Proc && !a.NoP2P && !b.NoP2P },
 		connect: func(c *Comm, p int, _ []net.Conn, _ time.Time) (transport.Link, error) {
-			return inproc.Connect(c.key, c.rank, p, c.chunk), nil
+			return inproc.Connect(c.key, c.rank, p), nil
 		}},
 	{name: "shm", tcp: true, can: func(a, b *bootstrap.PeerInfo) bool { return a.Shm != "" && a.Shm == b.Shm },
 		connect: func(c *Comm, p int, conns []net.Conn, deadline time.Time) (transport.Link, error) {

@@ -128,3 +128,15 @@ func poll(try func() bool) bool {
 func Spin(try func() bool) bool {
 	return try() || poll(try)
 }
+
+// ShareProcess prepares the Go scheduler for ranks that are threads of this
+// process: a polling rank holds a P, as does a rank running Go code for a C
+// thread, so with GOMAXPROCS at the core count a sender goroutine of another
+// rank could wait for a P while pollers keep them all. GOMAXPROCS becomes at
+// least twice the cores (pollers are at most one per core); the OS still
+// shares the cores, and pollers yield theirs.
+func ShareProcess() {
+	if want := 2 * Cores(); runtime.GOMAXPROCS(0) < want {
+		runtime.GOMAXPROCS(want)
+	}
+}

@@ -2,29 +2,47 @@ package transport
 
 import (
 	"errors"
+	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
-	"unsafe"
 )
 
-// A Bell is what a waiter of one process sleeps on and the party that
-// makes its condition true rings: a futex word and a count of sleepers, so
-// that ringing costs one atomic add when nobody sleeps. The zero Bell is
-// ready to use; it must not be copied.
+// A Bell is what a waiter sleeps on and the party that makes its condition
+// true rings: a count of sleepers, so that ringing costs one atomic load
+// when nobody sleeps, and a channel closed to wake them. Sleeping parks the
+// goroutine, which hands its P to other goroutines at once (a thread
+// blocked in a raw futex keeps it until sysmon retakes it, up to
+// milliseconds). The zero Bell is ready to use; it must not be copied.
 type Bell struct {
-	word     atomic.Uint32
 	sleepers atomic.Int32
+	mu       sync.Mutex
+	ch       chan struct{} // closed by Ring; nil when nobody waits on it
 }
 
 // Ring wakes every waiter sleeping on b. Call it after making the
 // condition true (sequentially consistent atomics: a waiter either sees the
 // condition or is woken).
 func (b *Bell) Ring() {
-	b.word.Add(1)
-	if b.sleepers.Load() != 0 {
-		futex(&b.word, futexWakePrivate, 1<<30, nil)
+	if b.sleepers.Load() == 0 {
+		return
 	}
+	b.mu.Lock()
+	if b.ch != nil {
+		close(b.ch)
+		b.ch = nil
+	}
+	b.mu.Unlock()
+}
+
+// channel returns the channel the next Ring closes.
+func (b *Bell) channel() chan struct{} {
+	b.mu.Lock()
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	c := b.ch
+	b.mu.Unlock()
+	return c
 }
 
 // ErrExpired is Await's error for a wait that passed its deadline; callers
@@ -45,9 +63,15 @@ func Await(b *Bell, deadline int64, ready func() bool, failed func() error) erro
 	if ready() || poll(ready) {
 		return nil
 	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
-		v := b.word.Load()
 		b.sleepers.Add(1)
+		wake := b.channel() // before the check: a Ring after it closes this one
 		if ready() {
 			b.sleepers.Add(-1)
 			return nil
@@ -67,20 +91,18 @@ func Await(b *Bell, deadline int64, ready func() bool, failed func() error) erro
 			}
 			d = min(d, left)
 		}
-		ts := syscall.NsecToTimespec(int64(d))
-		futex(&b.word, futexWaitPrivate, uintptr(v), &ts)
+		if timer == nil {
+			timer = time.NewTimer(d)
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case <-wake:
+		case <-timer.C:
+		}
 		b.sleepers.Add(-1)
 		if ready() {
 			return nil
 		}
 	}
-}
-
-const (
-	futexWaitPrivate = 0 | 128 // FUTEX_WAIT | FUTEX_PRIVATE_FLAG: waker and sleeper share one process
-	futexWakePrivate = 1 | 128
-)
-
-func futex(addr *atomic.Uint32, op, val uintptr, ts *syscall.Timespec) {
-	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), op, val, uintptr(unsafe.Pointer(ts)), 0, 0)
 }

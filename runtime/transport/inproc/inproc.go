@@ -7,11 +7,11 @@
 // (transport.Await), never on a channel: a rank is often a C thread locked
 // to its goroutine, and a parked goroutine costs a thread hand-off on wake.
 //
-// Frames up to the link's eager size (the communicator's chunk, at least
-// EagerMin) are copied into the slot, or written there directly through
-// Lend, so a Send returns at once. Larger frames are handed over by
-// reference (rendezvous): the receiver reads the sender's buffer, one copy
-// in all, and the Send waits until it has.
+// Small frames are copied into the slot, or written there directly through
+// Lend (up to LendMax), so a Send returns at once. Frames above EagerMax are
+// handed over by reference (rendezvous): the receiver reads the sender's
+// buffer, one copy in all, and the Send waits until it has; the algorithms
+// send those from their sender goroutine.
 package inproc
 
 import (
@@ -27,8 +27,15 @@ import (
 // more than two (see transport.Lender).
 const slots = 2
 
-// EagerMin is the smallest eager size a link gets.
-const EagerMin = 64 << 10
+// LendMax is the largest frame Lend takes. EagerMax, the largest frame Send
+// copies, is twice that, so the frames of one call to one peer, which differ
+// by at most an element around a chunk size, never mix lent and rendezvous
+// frames: a rendezvous Send made inline by a rank that lends would wait for
+// a peer that may be doing the same.
+const (
+	LendMax  = 64 << 10
+	EagerMax = 2 * LendMax
+)
 
 // states of a rendezvous frame: the receiver claims it before reading the
 // sender's memory; a sender that gives up (deadline, abort) withdraws it
@@ -64,7 +71,6 @@ type pair struct {
 	closed [2]atomic.Bool
 	reason [2]atomic.Pointer[string] // why end i aborted; stored before closed[i]
 	once   [2]sync.Once
-	eager  int
 }
 
 // end is one rank's Link.
@@ -91,18 +97,18 @@ type key struct {
 
 // Connect returns rank self's end of its link to peer in the communicator
 // named comm (any string unique to the communicator, e.g. its secret).
-// Frames up to max(eager, EagerMin) bytes are buffered; give the
-// communicator's chunk size so that every pipelined chunk is. Both ranks
+// Both ranks
 // call it; the pair is created by whichever comes first and forgotten once
 // both have their ends.
-func Connect(comm string, self, peer, eager int) transport.Link {
+func Connect(comm string, self, peer int) transport.Link {
 	k := key{comm, min(self, peer), max(self, peer)}
+	transport.ShareProcess()
 	regMu.Lock()
 	p, ok := registry[k]
 	if ok {
 		delete(registry, k)
 	} else {
-		p = &pair{eager: max(eager, EagerMin)}
+		p = &pair{}
 		registry[k] = p
 	}
 	regMu.Unlock()
@@ -205,7 +211,7 @@ func (e *end) Send(h *wire.Header, data []byte) error {
 		return err
 	}
 	f.h = *h
-	f.rdv = len(data) > e.p.eager
+	f.rdv = len(data) > EagerMax
 	if !f.rdv {
 		f.data = f.eager(len(data))
 		copy(f.data, data)
@@ -230,7 +236,7 @@ func (e *end) Send(h *wire.Header, data []byte) error {
 
 // Lend returns the slot the peer will read the next frame from.
 func (e *end) Lend(n int) ([]byte, bool, error) {
-	if n <= 0 || n > e.p.eager {
+	if n <= 0 || n > LendMax {
 		return nil, false, nil
 	}
 	f, err := e.slot(&wire.Header{Len: uint64(n)})
