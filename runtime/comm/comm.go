@@ -157,7 +157,8 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 		redops: map[int32]preMulSum{}, nextOp: 5, flight: newFlightRecorder(config.IntOr("TRACE_BUFFER", 0))}
 	c.cond = sync.NewCond(&c.stateMu)
 	c.topology()
-	transport.NoteHostRanks(c.localRanks) // waiters poll less when ranks outnumber cores
+	// Waiters poll less when this host's ranks outnumber its cores.
+	transport.NoteHostRanks(c.localRanks)
 	if device < 0 { // no device given: one per local rank, as launchers assign GPUs
 		c.device = c.localRank
 	}
