@@ -60,7 +60,18 @@ const sleepBackstop = 250 * time.Millisecond
 // returned. deadline is in Unix ns (0: none); past it Await returns
 // ErrExpired.
 func Await(b *Bell, deadline int64, ready func() bool, failed func() error) error {
-	if ready() || poll(ready) {
+	return await(b, deadline, ready, failed, true)
+}
+
+// AwaitLong is Await without polling, for waits known to be long (a peer
+// copying or producing a large frame): a poller would only take the core
+// that peer needs.
+func AwaitLong(b *Bell, deadline int64, ready func() bool, failed func() error) error {
+	return await(b, deadline, ready, failed, false)
+}
+
+func await(b *Bell, deadline int64, ready func() bool, failed func() error, polls bool) error {
+	if ready() || (polls && poll(ready)) {
 		return nil
 	}
 	var timer *time.Timer

@@ -27,14 +27,15 @@ import (
 // more than two (see transport.Lender).
 const slots = 2
 
-// LendMax is the largest frame Lend takes. EagerMax, the largest frame Send
-// copies, is twice that, so the frames of one call to one peer, which differ
-// by at most an element around a chunk size, never mix lent and rendezvous
-// frames: a rendezvous Send made inline by a rank that lends would wait for
-// a peer that may be doing the same.
+// LendMax is the largest frame Lend takes; larger frames go by rendezvous
+// from the algorithms' sender goroutine, which one copy in all pays for.
+// Send copies frames up to EagerMax, a little more than LendMax: the frames
+// of one call to one peer differ by at most an element or two (span splits
+// evenly), so a rank that lends never makes a rendezvous Send inline, which
+// would wait for a peer that may be doing the same.
 const (
-	LendMax  = 64 << 10
-	EagerMax = 2 * LendMax
+	LendMax  = 256 << 10
+	EagerMax = LendMax + 4<<10
 )
 
 // states of a rendezvous frame: the receiver claims it before reading the
@@ -165,9 +166,14 @@ func (e *end) failed() error {
 }
 
 // await waits for ready on bell, turning an expired deadline into a timeout
-// that says what was waited for.
-func (e *end) await(bell *transport.Bell, ready func() bool, failed func() error, what func() string) error {
-	err := transport.Await(bell, e.deadline.Load(), ready, failed)
+// that says what was waited for. A long wait (a frame above LendMax: its
+// peer is producing or copying it) sleeps without polling.
+func (e *end) await(bell *transport.Bell, long bool, ready func() bool, failed func() error, what func() string) error {
+	wait := transport.Await
+	if long {
+		wait = transport.AwaitLong
+	}
+	err := wait(bell, e.deadline.Load(), ready, failed)
 	if err == transport.ErrExpired {
 		return transport.TimedOut(e.self, e.peer, what())
 	}
@@ -181,7 +187,7 @@ func (e *end) slot(h *wire.Header) (*frame, error) {
 	}
 	d, k := e.out, e.sent
 	if k-d.taken.Load() >= slots {
-		err := e.await(&d.take, func() bool { return k-d.taken.Load() < slots }, e.failed,
+		err := e.await(&d.take, h.Len > LendMax, func() bool { return k-d.taken.Load() < slots }, e.failed,
 			func() string { return "sending " + h.Describe() })
 		if err != nil {
 			return nil, err
@@ -224,11 +230,11 @@ func (e *end) Send(h *wire.Header, data []byte) error {
 	// The receiver reads data in place: wait until it is done.
 	d, k := e.out, e.sent
 	done := func() bool { return d.taken.Load() >= k }
-	err = e.await(&d.take, done, e.failed, func() string { return "sending " + h.Describe() })
+	err = e.await(&d.take, true, done, e.failed, func() string { return "sending " + h.Describe() })
 	if err != nil && !f.rdvState.CompareAndSwap(rdvPosted, rdvWithdrawn) {
 		// The receiver is reading data and never blocks while it does:
 		// wait for it, so data may be reused once Send returns.
-		transport.Await(&d.take, 0, done, nil)
+		transport.AwaitLong(&d.take, 0, done, nil)
 	}
 	f.data = nil
 	return err
@@ -272,7 +278,7 @@ func (e *end) receive(want *wire.Header, use func(payload []byte)) error {
 	}
 	if d.posted.Load() <= k {
 		// Frames the peer posted before it closed are still delivered.
-		err := e.await(&d.post, func() bool { return d.posted.Load() > k }, e.failed,
+		err := e.await(&d.post, want.Len > LendMax, func() bool { return d.posted.Load() > k }, e.failed,
 			func() string { return "waiting for " + want.Describe() })
 		if err != nil {
 			return err
