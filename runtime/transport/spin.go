@@ -21,10 +21,9 @@ import (
 //     cores; a thread that C called into is locked to its goroutine, and
 //     parking it costs a thread hand-off of tens of µs on wake-up, which
 //     polling avoids;
-//   - when ranks outnumber cores (NoteHostRanks), polling is cut to a few
-//     yields: a poller would take the core that the peer it waits for (or
-//     the application's compute) needs, and sleeping at once is cheaper
-//     than a whole scheduler round of pollers.
+//   - when ranks outnumber cores (NoteHostRanks), no busy polling, and the
+//     yielding is cut by cores per rank: a poller would take the core that
+//     the peer it waits for (or the application's compute) needs.
 //
 // The settings are process-wide, read again at every communicator init.
 var (
@@ -41,19 +40,17 @@ func init() {
 	})
 }
 
-// SpinFor is how long a waiter polls now (GOCL_SPIN_US, shortened when
-// ranks outnumber cores).
+// SpinFor is how long a waiter polls now: GOCL_SPIN_US, scaled by cores per
+// rank when the host's ranks outnumber its cores (4 ranks on 2 cores poll
+// half as long, 8 a quarter), so pollers leave the cores to the ranks and
+// the compute that need them while a peer running now is still caught.
 func SpinFor() time.Duration {
 	d := time.Duration(spinFor.Load())
-	if Oversubscribed() {
-		d = min(d, oversubscribedSpin)
+	if r := int64(hostRanks.Load()); r > int64(Cores()) {
+		d = d * time.Duration(Cores()) / time.Duration(r)
 	}
 	return d
 }
-
-// oversubscribedSpin bounds polling when ranks outnumber cores: a few
-// sched_yield rounds, enough for a peer that is running right now.
-const oversubscribedSpin = 3 * time.Microsecond
 
 // busyPolls is how many bare polls precede the yielding ones (about 1-3 µs).
 const busyPolls = 1000
