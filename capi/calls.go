@@ -5,6 +5,7 @@ import "C"
 
 import (
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -60,11 +61,15 @@ type pendingInit struct {
 }
 
 var (
-	groupMu sync.Mutex
-	groups  = map[int]*groupState{}
+	groupMu    sync.Mutex
+	groups     = map[int]*groupState{}
+	openGroups atomic.Int32 // len(groups), read without groupMu
 )
 
 func currentGroup() *groupState {
+	if openGroups.Load() == 0 { // the common case costs no gettid syscall and no lock
+		return nil
+	}
 	groupMu.Lock()
 	defer groupMu.Unlock()
 	return groups[syscall.Gettid()]
@@ -82,6 +87,7 @@ func goclgoGroup(start C.int) (rc C.int) {
 		if g == nil {
 			g = &groupState{}
 			groups[tid] = g
+			openGroups.Add(1)
 		}
 		g.depth++
 		groupMu.Unlock()
@@ -97,6 +103,7 @@ func goclgoGroup(start C.int) (rc C.int) {
 		return 0
 	}
 	delete(groups, tid)
+	openGroups.Add(-1)
 	groupMu.Unlock()
 
 	if err := runInits(g.inits); err != nil {

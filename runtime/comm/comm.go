@@ -11,8 +11,11 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"gocl/kernels"
+	"gocl/runtime/algo"
 	"gocl/runtime/bootstrap"
 	"gocl/runtime/config"
 	"gocl/runtime/debuglog"
@@ -46,6 +49,10 @@ type Comm struct {
 	recvSeq []uint64
 	anyNext int // where RecvAny starts looking (the peer after its last match)
 	scratch []byte
+	x       algo.Ctx // the running call's (see ctx)
+	// method values made once, for x
+	scratchFn func(int) []byte
+	failFn    func(error)
 
 	stateMu  sync.Mutex
 	cond     *sync.Cond
@@ -53,9 +60,10 @@ type Comm struct {
 	inflight int   // operations queued on streams and not finished
 	freed    bool
 
-	redMu  sync.Mutex
-	redops map[int32]preMulSum
-	nextOp int32
+	redMu   sync.Mutex
+	redops  map[int32]preMulSum
+	builtin [kernels.NumTypes][kernels.NumOps]atomic.Pointer[kernels.Reducer] // built on first use
+	nextOp  int32
 
 	flight *flightRecorder // nil unless GOCL_TRACE_BUFFER or GOCL_TRACE_FILE is set
 
@@ -164,6 +172,8 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 	c.prog.waitsOn.Store(-1)
 	c.cond = sync.NewCond(&c.stateMu)
 	c.topology()
+	// Waiters poll less when this host's ranks outnumber its cores.
+	transport.NoteHostRanks(c.localRanks)
 	if device < 0 { // no device given: one per local rank, as launchers assign GPUs
 		c.device = c.localRank
 	}

@@ -40,14 +40,21 @@ func (c *Comm) execute(ops []*Op) (err error) {
 	return c.pointToPoint(p2p)
 }
 
+// ctx describes op to the algorithms. The Ctx is the communicator's own,
+// reused by every call (calls hold opMu, and the algorithms keep nothing
+// after they return): the small-message call path allocates little.
 func (c *Comm) ctx(op *Op) *algo.Ctx {
-	return &algo.Ctx{
+	if c.scratchFn == nil {
+		c.scratchFn, c.failFn = c.scratchBuf, func(err error) { c.fail(c.blame(err)) }
+	}
+	c.x = algo.Ctx{
 		Rank: c.rank, N: c.nranks, Links: c.links, Red: op.red, Elem: op.Type.Size(), Chunk: c.chunk,
 		Hdr: wire.Header{Kind: wire.KindColl, Coll: op.Coll, Dtype: uint8(op.Type), Op: op.wireOp(),
 			Root: int32(op.Root), Seq: c.seq, Count: uint64(op.Count)},
-		Scratch: c.scratchBuf,
-		Fail:    func(err error) { c.fail(c.blame(err)) },
+		Scratch: c.scratchFn,
+		Fail:    c.failFn,
 	}
+	return &c.x
 }
 
 // scratchBuf returns a buffer of n bytes, reused across calls up to 64 MiB.

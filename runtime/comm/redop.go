@@ -43,7 +43,20 @@ func (c *Comm) DestroyRedOp(h int32) error {
 // reducer builds the reducer for a builtin op or a custom op handle.
 func (c *Comm) reducer(t kernels.DataType, h int32) (*kernels.Reducer, error) {
 	if h >= 0 && h < int32(kernels.NumOps) {
-		return kernels.NewReducer(t, kernels.RedOp(h), c.nranks, nil)
+		if t < 0 || t >= kernels.NumTypes {
+			return kernels.NewReducer(t, kernels.RedOp(h), c.nranks, nil) // its error names the type
+		}
+		// Reducers are immutable: a builtin one is built once per comm, not
+		// per call (the small-message call path counts every allocation).
+		slot := &c.builtin[t][h]
+		if r := slot.Load(); r != nil {
+			return r, nil
+		}
+		r, err := kernels.NewReducer(t, kernels.RedOp(h), c.nranks, nil)
+		if err == nil {
+			slot.Store(r)
+		}
+		return r, err
 	}
 	c.redMu.Lock()
 	p, ok := c.redops[h]

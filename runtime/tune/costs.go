@@ -1,5 +1,12 @@
 package tune
 
+import (
+	_ "embed"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
 // Cost is what one message costs on a transport with a protocol: Alpha µs
 // of latency (the wake-up and hand-off of one frame) plus its bytes at Beta
 // GB/s.
@@ -10,17 +17,52 @@ type Cost struct {
 	Beta      float64 // GB/s
 }
 
-// Costs seeds the model. Alpha and Beta of inproc and socket come from
-// `go test -bench AllReduce ./runtime/comm` with 2 ranks on a 2-core x86 VM
-// (8 B calls for Alpha; 16 MiB for Beta, less the reduction), rounded; the
-// shm rows are estimates for a shared-memory FIFO (spin wake-ups; LL at half
-// the bandwidth). A transport missing here costs like "socket"; a transport
-// offers a protocol only if it has a row for it.
-var Costs = []Cost{
-	{"inproc", Simple, 10, 4},
-	{"socket", Simple, 30, 1},
-	{"shm", Simple, 2, 6},
-	{"shm", LL, 0.5, 3},
+// costsTable is the committed table of measured costs (see its header for
+// how it was measured and why it is not measured at init).
+//
+//go:embed costs.txt
+var costsTable string
+
+// Costs seeds the model: the rows of costs.txt.
+var Costs = mustParseCosts(costsTable)
+
+// ParseCosts reads a table in costs.txt's format: one "transport protocol
+// latency-µs bandwidth-GB/s" row per line, # comments.
+func ParseCosts(text string) ([]Cost, error) {
+	var out []Cost
+	for i, line := range strings.Split(text, "\n") {
+		if j := strings.IndexByte(line, '#'); j >= 0 {
+			line = line[:j]
+		}
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if len(f) != 4 {
+			return nil, fmt.Errorf("costs line %d: want \"transport protocol latency-µs bandwidth-GB/s\", got %q", i+1, line)
+		}
+		pr := -1
+		for p, name := range protoNames {
+			if strings.EqualFold(f[1], name) {
+				pr = p
+			}
+		}
+		alpha, err1 := strconv.ParseFloat(f[2], 64)
+		beta, err2 := strconv.ParseFloat(f[3], 64)
+		if pr < 0 || err1 != nil || err2 != nil || alpha < 0 || beta <= 0 {
+			return nil, fmt.Errorf("costs line %d: %q: the protocol is one of %v, the latency a number >= 0 and the bandwidth > 0", i+1, line, protoNames)
+		}
+		out = append(out, Cost{Transport: f[0], Proto: Proto(pr), Alpha: alpha, Beta: beta})
+	}
+	return out, nil
+}
+
+func mustParseCosts(text string) []Cost {
+	c, err := ParseCosts(text)
+	if err != nil {
+		panic(err) // costs.txt is compiled in; TestCostsTable keeps it valid
+	}
+	return c
 }
 
 // ReduceGBs is the speed of the reduction kernels (bytes of output per

@@ -219,7 +219,7 @@ func (p *Plan) Estimate(coll wire.Coll, a Algo, pr Proto, bytes int) float64 {
 // GOCL_DEBUG_SUBSYS=TUNING prints at init.
 func (p *Plan) Table() []string {
 	var lines []string
-	lines = append(lines, fmt.Sprintf("tuner: %d ranks, links %s, chunk %d B, direct up to %d B; %s",
+	lines = append(lines, fmt.Sprintf("tuner: %d ranks, links %s (runtime/tune/costs.txt), chunk %d B, direct up to %d B; %s",
 		p.n, p.describeCosts(), p.chunk, p.DirectMax, p.Settings))
 	for coll := wire.AllReduce; coll < wire.SendRecv; coll++ {
 		cands := candidates(coll)
