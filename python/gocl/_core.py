@@ -223,6 +223,11 @@ class Event:
         check(rc)
         return True
 
+    def done(self) -> bool:
+        """The work before the event has finished, successfully or not
+        (query() raises the first error of that work instead)."""
+        return _lib.lib().goclEventQuery(self.handle) != IN_PROGRESS
+
     def synchronize(self) -> None:
         check(_lib.lib().goclEventSynchronize(self.handle))
 

@@ -170,7 +170,7 @@ class Work:
     def _poll(self) -> bool:
         if self._done:
             return True
-        if self._event is not None and not self._event.query():
+        if self._event is not None and not self._event.done():
             return False
         self._comm._retire(self)
         return True
@@ -597,7 +597,7 @@ class Communicator:
         if not self._pending:
             return
         for w in list(self._pending):
-            if w._event is not None and w._event.query():
+            if w._event is not None and w._event.done():
                 self._retire(w)
 
     def _retire(self, w: Work, error: GoclError | None = None) -> None:
@@ -843,7 +843,7 @@ class Communicator:
 
     def _drain(self, error_if_pending: GoclError | None) -> None:
         for w in list(self._pending):
-            if w._event is not None and w._event.query():
+            if w._event is not None and w._event.done():
                 self._retire(w)
         for w in list(self._pending):
             self._retire(w, error_if_pending)
@@ -875,7 +875,7 @@ class Communicator:
         if self._state != "ok":
             return
         for w in list(self._pending):  # what already finished keeps its own outcome
-            if w._event is not None and w._event.query():
+            if w._event is not None and w._event.done():
                 self._retire(w)
         self._state = "aborted"
         try:
