@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import gc
 import os
-import socket
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -493,29 +491,6 @@ def test_dead_rank_gives_remote_error_on_survivors():
     comm.abort()
 
 
-def test_from_env_timeouts_name_what_they_waited_for(monkeypatch):
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(port))
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    monkeypatch.delenv("GOCL_MASTER_PORT", raising=False)
-    monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
-    monkeypatch.setenv("RANK", "1")
-    start = time.monotonic()
-    with pytest.raises(gocl.GoclTimeoutError, match=rf"rank 1: timed out after 1 s waiting for rank 0 to serve the "
-                                                    rf"unique id at 127.0.0.1:{port} \(MASTER_ADDR:MASTER_PORT\)"):
-        gocl.Communicator.from_env(timeout=1)
-    assert time.monotonic() - start < 5
-    monkeypatch.setenv("RANK", "0")
-    with pytest.raises(gocl.GoclTimeoutError, match=r"rank 0: timed out waiting for rank\(s\) \[1\] to fetch"):
-        gocl.Communicator.from_env(timeout=1)
-    monkeypatch.delenv("RANK")
-    with pytest.raises(gocl.InvalidArgumentError, match=r"\$RANK is not set"):
-        gocl.Communicator.from_env(timeout=1)
-
-
 # -------------------------------------------------------- fork and laziness
 
 FORK_CHILD = r"""
@@ -575,47 +550,6 @@ def test_import_gocl_does_not_load_the_library():
     assert "numpy" not in subprocess.run(
         [sys.executable, "-c", "import gocl, sys; print(sorted(m for m in sys.modules if m.startswith('numpy')))"],
         capture_output=True, text=True, timeout=60).stdout.replace("[]", "")
-
-
-def test_from_env_under_torchrun(tmp_path):
-    """torchrun's agent owns MASTER_PORT: from_env passes the id through its store."""
-    pytest.importorskip("torch.distributed.run")
-    script = tmp_path / "under_torchrun.py"
-    script.write_text(
-        "import numpy as np, gocl\n"
-        "with gocl.Communicator.from_env(timeout=60) as comm:\n"
-        "    print('sum', comm.all_reduce(np.full(3, comm.rank + 1.0))[0], flush=True)\n")
-    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(script)],
-                       capture_output=True, text=True, timeout=180, env=env)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.split().count("3.0") == 2, r.stdout
-
-
-def test_from_env_exchange_protocol():
-    """Rank 0's id service: exact 128 bytes (NULs included), strangers ignored,
-    a world-size mismatch refused, a rank of another round told to retry."""
-    from gocl import comm as gc_comm
-
-    uid = bytes(range(128))  # NUL first: the bytes must travel untouched
-    srv = gc_comm._listen(0)
-    port = srv.getsockname()[1]
-    deadline = time.monotonic() + 20
-    served = threading.Thread(target=gc_comm._serve_unique_id, args=(srv, uid, 3, 7, deadline, f"127.0.0.1:{port}"))
-    served.start()
-    try:
-        with socket.create_connection(("127.0.0.1", port)) as stranger:
-            stranger.sendall(b"GET / HTTP/1.0\r\n\r\n")
-        with pytest.raises(gocl.InvalidArgumentError, match="rank 2 has WORLD_SIZE=4 but rank 0 has WORLD_SIZE=3"):
-            gc_comm._fetch_unique_id("127.0.0.1", port, 2, 4, 7, time.monotonic() + 5, 5)
-        with pytest.raises(gocl.GoclTimeoutError, match="rank 0 is serving another from_env round"):
-            gc_comm._fetch_unique_id("127.0.0.1", port, 2, 3, 8, time.monotonic() + 0.5, 0.5)
-        assert gc_comm._fetch_unique_id("127.0.0.1", port, 1, 3, 7, time.monotonic() + 5, 5) == uid
-        assert gc_comm._fetch_unique_id("localhost", port, 2, 3, 7, time.monotonic() + 5, 5) == uid
-        served.join(10)
-        assert not served.is_alive()  # every rank has the id: the service is done
-    finally:
-        srv.close()
 
 
 def test_unique_id_constructor_on_threads():
