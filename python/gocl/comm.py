@@ -629,13 +629,27 @@ class Communicator:
         n, p = send.size * k, self._ptr(send)
         return self._launch(name, lambda st: self._c.send(p, n, t, peer, st), (send,), None, async_op)
 
-    def recv(self, x: np.ndarray, peer: int, async_op: bool = False) -> Any:
-        """Receive from peer into x (in place); returns x."""
+    def recv(self, x: np.ndarray, peer: int | None = None, async_op: bool = False) -> Any:
+        """Receive from peer into x (in place); returns x.
+
+        ``peer=None`` receives from whichever rank sends first (MPI's
+        ANY_SOURCE, torch's ``recv`` without ``src``) and returns that rank;
+        each sender's messages still arrive in order. It blocks until the
+        message is in x (after this communicator's queued work), so it takes
+        neither ``async_op=True`` nor a place inside ``gocl.group()``."""
         name = "recv"
-        peer = index(peer)
         x = self._writable(name, "x", x)
         t, k = self._movable(name, "x", x.dtype)
         n, p = x.size * k, self._ptr(x)
+        if peer is None:
+            where = ("async_op=True" if async_op else "gocl.group()" if _group_keep() is not None else None)
+            if where is not None:
+                raise InvalidUsageError(
+                    f"recv(peer=None) on rank {self._rank}: a receive from any source cannot be queued "
+                    f"({where}): its sender is known only when it has run; call it alone, or pass peer=")
+            self._usable(name)
+            return self._c.recv_any(p, n, t)
+        peer = index(peer)
         return self._launch(name, lambda st: self._c.recv(p, n, t, peer, st), (x,), x, async_op)
 
     def barrier(self) -> None:

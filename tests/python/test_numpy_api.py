@@ -258,6 +258,51 @@ def test_data_movement(clique, n, dt):
 
 
 @pytest.mark.parametrize("n", [2, 4])
+def test_recv_from_any_source(clique, n):
+    """recv(x) without a peer takes the first message from any rank and
+    returns that rank; each sender's messages arrive in the order sent."""
+    comms = clique(n)
+    msgs = 3
+    sent = {(r, i): filled(np.dtype(np.int16), (5,), 10 * r + i) for r in range(1, n) for i in range(msgs)}
+
+    def run(c):
+        if c.rank != 0:
+            for i in range(msgs):
+                c.send(sent[(c.rank, i)], 0)
+            return None
+        got = []
+        for _ in range((n - 1) * msgs):
+            x = np.empty(5, np.int16)
+            src = c.recv(x)
+            assert isinstance(src, int)
+            got.append((src, x))
+        return got
+
+    got = threaded(comms, run)[0]
+    assert sorted(src for src, _ in got) == sorted(r for r in range(1, n) for _ in range(msgs))
+    for r in range(1, n):
+        mine = [x for src, x in got if src == r]
+        for i, x in enumerate(mine):  # per-sender order kept
+            np.testing.assert_array_equal(x, sent[(r, i)])
+    c = comms[0]
+    with pytest.raises(gocl.InvalidUsageError, match=r"recv\(peer=None\) on rank 0: .*\(async_op=True\).*pass peer="):
+        c.recv(np.empty(2), async_op=True)
+    with pytest.raises(gocl.InvalidUsageError, match=r"recv\(peer=None\) on rank 0: .*\(gocl.group\(\)\)"):
+        with gocl.group():
+            c.recv(np.empty(2))
+    # refused before any call: the communicator still works
+    out = np.empty(3, np.int64)
+    srcs = threaded(comms[:2], lambda c: c.recv(out) if c.rank == 0 else c.send(np.arange(3), 0))
+    assert srcs[0] == 1 and list(out) == [0, 1, 2]
+
+
+def test_recv_from_any_source_needs_another_rank():
+    with gocl.Communicator.local(1)[0] as c:
+        with pytest.raises(gocl.InvalidUsageError, match="no other rank to receive from"):
+            c.recv(np.empty(1))
+
+
+@pytest.mark.parametrize("n", [2, 4])
 def test_zero_size_and_scalars(clique, n):
     comms = clique(n)
     empty = [np.zeros(0, np.float32) for _ in range(n)]
@@ -446,6 +491,12 @@ def _check_all_collectives(comm):
         comm.send(np.full(3, r, np.float32), (r + 1) % n)
         got = comm.recv(np.empty(3, np.float32), (r - 1) % n)
     np.testing.assert_array_equal(got, np.full(3, (r - 1) % n, np.float32))
+    if n > 1:  # receive from any source: rank 0 hears from everyone, in some order
+        if r:
+            comm.send(np.full(2, r, np.int64), 0)
+        else:
+            heard = [(comm.recv(x := np.empty(2, np.int64)), x[0]) for _ in range(n - 1)]
+            assert sorted(heard) == [(q, q) for q in range(1, n)], heard
     comm.barrier()
 
 
