@@ -858,7 +858,7 @@ class Engine:
         every rank gets that error. opts: BarrierOptions (C++ callers) or a
         timedelta (torch's ProcessGroup route)."""
         timeout = getattr(opts, "timeout", opts)
-        if not isinstance(timeout, datetime.timedelta) or timeout.total_seconds() <= 0:
+        if not isinstance(timeout, datetime.timedelta) or timeout.total_seconds() < 0:  # unset (C++: -1 ms)
             timeout = datetime.timedelta(seconds=_rendezvous.default_timeout())
         self.executor.drain()  # a barrier orders everything before it
         self._monitored += 1
@@ -868,7 +868,7 @@ class Engine:
         if self.rank != 0:
             self.store.set(f"{prefix}/arrived/{self.rank}", "1")
             try:
-                self.store.wait([done], timeout)
+                self.store.wait([done], max(timeout, datetime.timedelta(milliseconds=1)))
             except Exception as exc:  # noqa: BLE001
                 raise RuntimeError(f"gocl monitored_barrier: {self._where()} timed out after {seconds:g} s "
                                    f"waiting for rank 0 to confirm the barrier: {exc}") from exc
@@ -879,11 +879,18 @@ class Engine:
             self.barrier().wait()  # rank 0 (maybe the store's server) stays until every rank has read
             return completed_work([])
         deadline = time.monotonic() + seconds
-        missing = []
+        missing, passed = [], []
         for r in range(1, self.size):
-            left = max(deadline - time.monotonic(), 0.001)
+            left = deadline - time.monotonic()
+            if left < 0 and not wait_all_ranks:  # rank 0's own time is up (gloo's wording)
+                msg = (f"Rank 0 timed out in monitoredBarrier after {seconds * 1000:.0f} ms.\n"
+                       + (f"Successfully processed ranks: {', '.join(map(str, passed))}" if passed
+                          else "No ranks successfully processed in monitoredBarrier."))
+                self.store.set(done, msg)
+                raise RuntimeError(msg)
             try:
-                self.store.wait([f"{prefix}/arrived/{r}"], datetime.timedelta(seconds=left))
+                self.store.wait([f"{prefix}/arrived/{r}"], datetime.timedelta(seconds=max(left, 0.001)))
+                passed.append(r)
             except Exception:  # noqa: BLE001
                 missing.append(r)
                 if not wait_all_ranks:

@@ -100,5 +100,8 @@ def test_monitored_barrier_names_every_missing_rank(impl):
             assert "Ranks 1, 2 failed to pass monitoredBarrier" in msg and "global ranks 1, 2" in msg, msg
             with pytest.raises(RuntimeError, match="Rank 1 failed to pass monitoredBarrier"):
                 barrier(timeout=datetime.timedelta(seconds=1))
+            # a zero timeout is rank 0's own time running out, not "unset" (gloo)
+            with pytest.raises(RuntimeError, match="Rank 0 timed out in monitoredBarrier after 0 ms"):
+                barrier(timeout=datetime.timedelta(seconds=0))
         # the others skip both: rank 0 names them; line up again
         dist.barrier()
