@@ -3,8 +3,8 @@ pytest plugin share.
 
 Each rank is started with ``start_new_session=True``, so it leads its own
 process group and a signal reaches whatever it started too (torch's and
-JAX's helper processes). The helpers here say how a rank ended, find the
-first failure, and stop ranks: a signal, a grace period, then SIGKILL.
+JAX's helper processes). The helpers here say how a rank ended, watch the
+ranks until one fails, and stop ranks: a signal, a grace period, then SIGKILL.
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import math
 import time
-from typing import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Collection, Sequence
 
 # How often the waits here look at the ranks again.
 POLL = 0.02
@@ -40,6 +42,42 @@ def first_failure(codes: Sequence[int | None], ok: Collection[int] = (0,)) -> in
         if rc is not None and rc not in ok:
             return r
     return None
+
+
+@dataclass
+class Outcome:
+    """How a watch ended: the first rank that failed (None: none did), the
+    ranks still running at the end (for the caller to stop), and whether
+    the deadline ended it."""
+
+    first_failed: int | None = None
+    running: list[int] = field(default_factory=list)
+    timed_out: bool = False
+
+
+def watch(procs: Sequence[subprocess.Popen], *, ok: Collection[int] = (0,), linger: float = 0.0,
+          deadline: float = math.inf, on_failure: Callable[[int, list], None] | None = None) -> Outcome:
+    """Wait until every rank has exited, or linger seconds after the first
+    failure (a code not in ok; on_failure(rank, codes) is called then, once),
+    or the deadline (time.monotonic()). Stops nothing: the caller decides how."""
+    out = Outcome()
+    failed_at = math.inf
+    while True:
+        codes = [p.poll() for p in procs]
+        out.running = [r for r, c in enumerate(codes) if c is None]
+        now = time.monotonic()
+        if out.first_failed is None:
+            out.first_failed = first_failure(codes, ok)
+            if out.first_failed is not None:
+                failed_at = now
+                if on_failure is not None:
+                    on_failure(out.first_failed, codes)
+        if not out.running or now - failed_at >= linger:
+            return out
+        if now >= deadline:
+            out.timed_out = True
+            return out
+        time.sleep(POLL)
 
 
 def signal_group(p: subprocess.Popen, sig: int) -> None:

@@ -27,10 +27,6 @@ Semantics, in short (README.md has the table):
 from __future__ import annotations
 
 import contextlib
-import errno
-import os
-import socket
-import struct
 import threading
 import time
 from operator import index
@@ -38,7 +34,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from . import _core, _lib
+from . import _core, _lib, _rendezvous
 from .errors import GoclError, GoclTimeoutError, InvalidArgumentError, InvalidUsageError, error_for
 
 __all__ = ["Communicator", "Work", "PreMulSum", "premul_sum", "group", "unique_id"]
@@ -217,187 +213,6 @@ class Work:
         return f"<gocl.Work {self._name} on rank {self._comm.rank}: {state}>"
 
 
-# ------------------------------------------------------------ bootstrap
-
-_EXCHANGE_MAGIC = b"GOCLUID1"
-_HELLO = struct.Struct("!8siii")  # magic, rank, world size, generation
-_OK, _RETRY, _FATAL = 0, 1, 2
-_generation_lock = threading.Lock()
-_generation = 0
-
-
-def _next_generation() -> int:
-    """Counts from_env calls in this process: every rank makes them in the
-    same order, so a rank never takes a unique id meant for another round."""
-    global _generation
-    with _generation_lock:
-        _generation += 1
-        return _generation
-
-
-def _env_int(name: str, default: int | None = None) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        if default is not None:
-            return default
-        raise InvalidArgumentError(
-            f"Communicator.from_env: ${name} is not set (set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, "
-            "as torchrun and `gocl run` do)")
-    try:
-        return int(raw)
-    except ValueError:
-        raise InvalidArgumentError(f"Communicator.from_env: ${name}={raw!r} is not an integer") from None
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError(f"connection closed after {len(buf)} of {n} bytes")
-        buf += chunk
-    return buf
-
-
-def _default_timeout() -> float:
-    raw = os.environ.get("GOCL_TIMEOUT") or os.environ.get("NCCL_TIMEOUT")
-    try:
-        return float(raw) if raw else 600.0
-    except ValueError:
-        return 600.0
-
-
-def _listen(port: int) -> socket.socket:
-    if socket.has_dualstack_ipv6():
-        try:
-            return socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                raise
-    return socket.create_server(("", port))
-
-
-def _serve_unique_id(srv: socket.socket, uid: bytes, world: int, gen: int, deadline: float,
-                     where: str) -> None:
-    """Rank 0: hand uid to ranks 1..world-1; returns when each has it."""
-    missing = set(range(1, world))
-    while missing:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise GoclTimeoutError(
-                f"Communicator.from_env on rank 0: timed out waiting for rank(s) {sorted(missing)} to fetch the "
-                f"unique id from {where} (MASTER_ADDR:MASTER_PORT); did every rank start, with WORLD_SIZE={world}?")
-        srv.settimeout(min(left, 1.0))
-        try:
-            conn, _ = srv.accept()
-        except socket.timeout:
-            continue
-        with conn:
-            try:
-                conn.settimeout(max(0.1, min(5.0, deadline - time.monotonic())))
-                magic, rank, their_world, their_gen = _HELLO.unpack(_recv_exact(conn, _HELLO.size))
-                if magic != _EXCHANGE_MAGIC:
-                    continue  # a stranger: not a gocl rank
-                if their_world != world:
-                    msg = (f"rank {rank} has WORLD_SIZE={their_world} but rank 0 has WORLD_SIZE={world}").encode()
-                    conn.sendall(bytes([_FATAL]) + struct.pack("!H", len(msg)) + msg)
-                    continue
-                if their_gen != gen:
-                    conn.sendall(bytes([_RETRY]))
-                    continue
-                conn.sendall(bytes([_OK]) + uid)
-                missing.discard(rank)
-            except (OSError, struct.error):
-                continue
-
-
-def _fetch_unique_id(addr: str, port: int, rank: int, world: int, gen: int, deadline: float,
-                     timeout: float) -> bytes:
-    """Ranks > 0: ask rank 0 for the id until it answers or the deadline."""
-    last: Exception | str = "no answer"
-    pause = 0.02
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise GoclTimeoutError(
-                f"Communicator.from_env on rank {rank}: timed out after {timeout:g} s waiting for rank 0 to serve "
-                f"the unique id at {addr}:{port} (MASTER_ADDR:MASTER_PORT); last error: {last}. Is rank 0 running, "
-                "with the same MASTER_ADDR and MASTER_PORT?")
-        try:
-            with socket.create_connection((addr, port), timeout=max(0.1, min(left, 5.0))) as s:
-                s.sendall(_HELLO.pack(_EXCHANGE_MAGIC, rank, world, gen))
-                status = _recv_exact(s, 1)[0]
-                if status == _OK:
-                    return _recv_exact(s, _lib.UNIQUE_ID_BYTES)
-                if status == _FATAL:
-                    (n,) = struct.unpack("!H", _recv_exact(s, 2))
-                    raise InvalidArgumentError(
-                        f"Communicator.from_env on rank {rank}: {_recv_exact(s, n).decode('utf-8', 'replace')}")
-                last = "rank 0 is serving another from_env round"
-        except OSError as e:  # refused (not listening yet), reset, timeout
-            last = e
-        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-        pause = min(pause * 1.5, 0.5)
-
-
-def _store_exchange(addr: str, port: int, rank: int, gen: int, timeout: float) -> bytes:
-    """Under torchrun the agent's TCPStore owns MASTER_PORT: pass the id through it."""
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
-    store = dist.TCPStore(addr, port, is_master=False, timeout=timedelta(seconds=timeout))
-    key = f"gocl/from_env/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{gen}"
-    if rank == 0:
-        uid = _core.unique_id()
-        store.set(key, uid)
-        return uid
-    try:
-        return bytes(store.get(key))
-    except Exception as e:  # torch raises its own DistStoreError on timeout
-        raise GoclTimeoutError(
-            f"Communicator.from_env on rank {rank}: timed out after {timeout:g} s waiting for rank 0's unique id in "
-            f"torchrun's store at {addr}:{port}: {e}") from e
-
-
-def _env_unique_id(timeout: float | None) -> tuple[bytes, int, int]:
-    """The unique id, rank and world size of the torchrun-style environment
-    (see Communicator.from_env); gocl.jax uses it too."""
-    rank = _env_int("RANK")
-    world = _env_int("WORLD_SIZE")
-    if world < 1 or not 0 <= rank < world:
-        raise InvalidArgumentError(
-            f"Communicator.from_env: RANK={rank} is not in [0, WORLD_SIZE={world})")
-    timeout = _default_timeout() if timeout is None else float(timeout)
-    gen = _next_generation()
-    if world == 1:
-        return unique_id(), 0, 1
-    addr = os.environ.get("MASTER_ADDR")
-    if not addr:
-        raise InvalidArgumentError(
-            f"Communicator.from_env on rank {rank}: $MASTER_ADDR is not set (the host of rank 0)")
-    gocl_port = os.environ.get("GOCL_MASTER_PORT")
-    port = _env_int("GOCL_MASTER_PORT") if gocl_port else _env_int("MASTER_PORT")
-    deadline = time.monotonic() + timeout
-    if not gocl_port and os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true":
-        uid = _store_exchange(addr, port, rank, gen, timeout)
-        return uid, rank, world
-    if rank > 0:
-        uid = _fetch_unique_id(addr, port, rank, world, gen, deadline, timeout)
-        return uid, rank, world
-    try:
-        srv = _listen(port)
-    except OSError as e:
-        hint = (" (is torch.distributed's store on it? set GOCL_MASTER_PORT to another free port)"
-                if e.errno == errno.EADDRINUSE else "")
-        raise InvalidUsageError(
-            f"Communicator.from_env on rank 0: cannot listen on MASTER_PORT {port}: {e}{hint}") from e
-    with srv:
-        uid = unique_id()
-        _serve_unique_id(srv, uid, world, gen, deadline, f"{addr}:{port}")
-    return uid, 0, world
-
-
 # ------------------------------------------------------------ communicator
 
 
@@ -454,7 +269,7 @@ class Communicator:
         fails with GoclTimeoutError naming what it waited for; a ``timeout``
         given here also bounds the communicator's operations.
         """
-        uid, rank, world = _env_unique_id(timeout)
+        uid, rank, world = _rendezvous.from_env(timeout)
         return cls(uid, rank, world, timeout=timeout)
 
     @classmethod
@@ -814,13 +629,27 @@ class Communicator:
         n, p = send.size * k, self._ptr(send)
         return self._launch(name, lambda st: self._c.send(p, n, t, peer, st), (send,), None, async_op)
 
-    def recv(self, x: np.ndarray, peer: int, async_op: bool = False) -> Any:
-        """Receive from peer into x (in place); returns x."""
+    def recv(self, x: np.ndarray, peer: int | None = None, async_op: bool = False) -> Any:
+        """Receive from peer into x (in place); returns x.
+
+        ``peer=None`` receives from whichever rank sends first (MPI's
+        ANY_SOURCE, torch's ``recv`` without ``src``) and returns that rank;
+        each sender's messages still arrive in order. It blocks until the
+        message is in x (after this communicator's queued work), so it takes
+        neither ``async_op=True`` nor a place inside ``gocl.group()``."""
         name = "recv"
-        peer = index(peer)
         x = self._writable(name, "x", x)
         t, k = self._movable(name, "x", x.dtype)
         n, p = x.size * k, self._ptr(x)
+        if peer is None:
+            where = ("async_op=True" if async_op else "gocl.group()" if _group_keep() is not None else None)
+            if where is not None:
+                raise InvalidUsageError(
+                    f"recv(peer=None) on rank {self._rank}: a receive from any source cannot be queued "
+                    f"({where}): its sender is known only when it has run; call it alone, or pass peer=")
+            self._usable(name)
+            return self._c.recv_any(p, n, t)
+        peer = index(peer)
         return self._launch(name, lambda st: self._c.recv(p, n, t, peer, st), (x,), x, async_op)
 
     def barrier(self) -> None:

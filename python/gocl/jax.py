@@ -32,8 +32,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
-from . import _lib
-from .comm import _env_unique_id
+from . import _lib, _rendezvous
 from .errors import InvalidArgumentError, error_for
 
 __all__ = ["init", "shutdown", "world_size", "process_rank", "local_devices", "all_reduce", "all_gather",
@@ -98,7 +97,7 @@ def init(unique_id: bytes | None = None, rank: int | None = None, world_size: in
             if world_size == 1:
                 uid, rank, world_size = None, 0, 1
             else:
-                uid, rank, world_size = _env_unique_id(timeout)
+                uid, rank, world_size = _rendezvous.from_env(timeout)
                 if world_size == 1:
                     uid = None
         else:

@@ -25,10 +25,9 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from typing import BinaryIO, Sequence
 
-from ._supervise import describe_exit, first_failure, kill_running, signal_group, stop
+from ._supervise import describe_exit, kill_running, signal_group, stop, watch
 
 __all__ = ["free_port", "rank_env", "launch"]
 
@@ -165,25 +164,18 @@ def launch(cmd: Sequence[str], nprocs: int, *, master_addr: str = "127.0.0.1", m
             pumps.append(_Output(p.stdout, out, tag, lock))
             pumps.append(_Output(p.stderr, err, tag, lock))
 
-        failed: tuple[int, int] | None = None
-        while True:
-            codes = [p.poll() for p in procs]
-            if failed is None:
-                r = first_failure(codes)
-                if r is not None:
-                    failed = (r, codes[r])
-                    running = [base + i for i, c in enumerate(codes) if c is None]
-                    if state["signal"]:
-                        say(f"rank {base + r} {describe_exit(codes[r], sentence=True)} after "
-                            f"{signal.Signals(state['signal']).name}")
-                    else:
-                        say(f"rank {base + r} {describe_exit(codes[r], sentence=True)}; stopping the other ranks"
-                            + (f" ({', '.join(map(str, running))})" if running else ""))
-                    stop(procs, signal.SIGTERM, grace)
-                    break
-            if all(c is not None for c in codes):
-                break
-            time.sleep(0.02)
+        def failed(r: int, codes: list) -> None:
+            if state["signal"]:
+                say(f"rank {base + r} {describe_exit(codes[r], sentence=True)} after "
+                    f"{signal.Signals(state['signal']).name}")
+            else:
+                running = [base + i for i, c in enumerate(codes) if c is None]
+                say(f"rank {base + r} {describe_exit(codes[r], sentence=True)}; stopping the other ranks"
+                    + (f" ({', '.join(map(str, running))})" if running else ""))
+
+        outcome = watch(procs, on_failure=failed)
+        if outcome.first_failed is not None:
+            stop(procs, signal.SIGTERM, grace)
     finally:
         kill_running(procs)
         for pump in pumps:
@@ -192,6 +184,6 @@ def launch(cmd: Sequence[str], nprocs: int, *, master_addr: str = "127.0.0.1", m
             signal.signal(s, h)
     if state["signal"]:
         return 128 + state["signal"]
-    if failed is not None:
-        return _exit_code(failed[1])
+    if outcome.first_failed is not None:
+        return _exit_code(procs[outcome.first_failed].returncode)
     return 0

@@ -45,7 +45,8 @@ from pathlib import Path
 
 import pytest
 
-from ._supervise import describe_exit, first_failure, kill_running, stop
+from ._pytest_runner import SKIP_CODE
+from ._supervise import describe_exit, kill_running, stop, watch
 from .launcher import free_port, rank_env
 
 DEFAULT_TIMEOUT = 120.0
@@ -53,8 +54,6 @@ DEFAULT_TIMEOUT = 120.0
 FAIL_GRACE = 3.0
 # How long killed ranks get to write their Python stacks (SIGUSR1, faulthandler).
 STACK_DUMP_TIME = 0.5
-# Exit code with which a rank reports pytest.skip().
-SKIP_CODE = 75
 # Fixtures that act on the pytest process itself: meaningless in a rank.
 _REFUSED_FIXTURES = {
     "request", "monkeypatch", "capsys", "capsysbinary", "capfd", "capfdbinary", "caplog", "recwarn",
@@ -155,35 +154,12 @@ def run_ranks(item, n: int, timeout: float) -> None:
 def _supervise(procs: list[subprocess.Popen], timeout: float) -> dict:
     """Wait for the ranks; kill them after a failure's grace or at the timeout."""
     start = time.monotonic()
-    deadline = start + timeout
-    failed_at = None
-    first_failed = None
-    outcome = {"timed_out": False, "killed": [], "first_failed": None}
-    while True:
-        codes = [p.poll() for p in procs]
-        if all(c is not None for c in codes):
-            break
-        now = time.monotonic()
-        if failed_at is None:
-            first_failed = first_failure(codes, ok=(0, SKIP_CODE))
-            if first_failed is not None:
-                failed_at = now
-        reason = None
-        if failed_at is not None and now - failed_at >= FAIL_GRACE:
-            reason = "after_failure"
-        elif now >= deadline:
-            reason = "timeout"
-        if reason:
-            running = [r for r, c in enumerate(codes) if c is None]
-            outcome["killed"] = running
-            outcome["timed_out"] = reason == "timeout"
-            # SIGUSR1 dumps every thread's Python stack into the rank's output.
-            stop([procs[r] for r in running], signal.SIGUSR1, STACK_DUMP_TIME)
-            break
-        time.sleep(0.01)
-    outcome["first_failed"] = first_failed
-    outcome["elapsed"] = time.monotonic() - start
-    return outcome
+    w = watch(procs, ok=(0, SKIP_CODE), linger=FAIL_GRACE, deadline=start + timeout)
+    if w.running:
+        # SIGUSR1 dumps every thread's Python stack into the rank's output.
+        stop([procs[r] for r in w.running], signal.SIGUSR1, STACK_DUMP_TIME)
+    return {"timed_out": w.timed_out, "killed": w.running, "first_failed": w.first_failed,
+            "elapsed": time.monotonic() - start}
 
 
 def _report(work: Path, n: int, codes: list, outcome: dict, timeout: float) -> None:

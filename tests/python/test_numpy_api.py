@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import gc
 import os
-import socket
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -260,6 +258,51 @@ def test_data_movement(clique, n, dt):
 
 
 @pytest.mark.parametrize("n", [2, 4])
+def test_recv_from_any_source(clique, n):
+    """recv(x) without a peer takes the first message from any rank and
+    returns that rank; each sender's messages arrive in the order sent."""
+    comms = clique(n)
+    msgs = 3
+    sent = {(r, i): filled(np.dtype(np.int16), (5,), 10 * r + i) for r in range(1, n) for i in range(msgs)}
+
+    def run(c):
+        if c.rank != 0:
+            for i in range(msgs):
+                c.send(sent[(c.rank, i)], 0)
+            return None
+        got = []
+        for _ in range((n - 1) * msgs):
+            x = np.empty(5, np.int16)
+            src = c.recv(x)
+            assert isinstance(src, int)
+            got.append((src, x))
+        return got
+
+    got = threaded(comms, run)[0]
+    assert sorted(src for src, _ in got) == sorted(r for r in range(1, n) for _ in range(msgs))
+    for r in range(1, n):
+        mine = [x for src, x in got if src == r]
+        for i, x in enumerate(mine):  # per-sender order kept
+            np.testing.assert_array_equal(x, sent[(r, i)])
+    c = comms[0]
+    with pytest.raises(gocl.InvalidUsageError, match=r"recv\(peer=None\) on rank 0: .*\(async_op=True\).*pass peer="):
+        c.recv(np.empty(2), async_op=True)
+    with pytest.raises(gocl.InvalidUsageError, match=r"recv\(peer=None\) on rank 0: .*\(gocl.group\(\)\)"):
+        with gocl.group():
+            c.recv(np.empty(2))
+    # refused before any call: the communicator still works
+    out = np.empty(3, np.int64)
+    srcs = threaded(comms[:2], lambda c: c.recv(out) if c.rank == 0 else c.send(np.arange(3), 0))
+    assert srcs[0] == 1 and list(out) == [0, 1, 2]
+
+
+def test_recv_from_any_source_needs_another_rank():
+    with gocl.Communicator.local(1)[0] as c:
+        with pytest.raises(gocl.InvalidUsageError, match="no other rank to receive from"):
+            c.recv(np.empty(1))
+
+
+@pytest.mark.parametrize("n", [2, 4])
 def test_zero_size_and_scalars(clique, n):
     comms = clique(n)
     empty = [np.zeros(0, np.float32) for _ in range(n)]
@@ -448,6 +491,12 @@ def _check_all_collectives(comm):
         comm.send(np.full(3, r, np.float32), (r + 1) % n)
         got = comm.recv(np.empty(3, np.float32), (r - 1) % n)
     np.testing.assert_array_equal(got, np.full(3, (r - 1) % n, np.float32))
+    if n > 1:  # receive from any source: rank 0 hears from everyone, in some order
+        if r:
+            comm.send(np.full(2, r, np.int64), 0)
+        else:
+            heard = [(comm.recv(x := np.empty(2, np.int64)), x[0]) for _ in range(n - 1)]
+            assert sorted(heard) == [(q, q) for q in range(1, n)], heard
     comm.barrier()
 
 
@@ -491,29 +540,6 @@ def test_dead_rank_gives_remote_error_on_survivors():
     assert time.monotonic() - start < 14, "the failure must be detected, not timed out"
     assert isinstance(comm.async_error(), gocl.RemoteError)
     comm.abort()
-
-
-def test_from_env_timeouts_name_what_they_waited_for(monkeypatch):
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(port))
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    monkeypatch.delenv("GOCL_MASTER_PORT", raising=False)
-    monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
-    monkeypatch.setenv("RANK", "1")
-    start = time.monotonic()
-    with pytest.raises(gocl.GoclTimeoutError, match=rf"rank 1: timed out after 1 s waiting for rank 0 to serve the "
-                                                    rf"unique id at 127.0.0.1:{port} \(MASTER_ADDR:MASTER_PORT\)"):
-        gocl.Communicator.from_env(timeout=1)
-    assert time.monotonic() - start < 5
-    monkeypatch.setenv("RANK", "0")
-    with pytest.raises(gocl.GoclTimeoutError, match=r"rank 0: timed out waiting for rank\(s\) \[1\] to fetch"):
-        gocl.Communicator.from_env(timeout=1)
-    monkeypatch.delenv("RANK")
-    with pytest.raises(gocl.InvalidArgumentError, match=r"\$RANK is not set"):
-        gocl.Communicator.from_env(timeout=1)
 
 
 # -------------------------------------------------------- fork and laziness
@@ -575,47 +601,6 @@ def test_import_gocl_does_not_load_the_library():
     assert "numpy" not in subprocess.run(
         [sys.executable, "-c", "import gocl, sys; print(sorted(m for m in sys.modules if m.startswith('numpy')))"],
         capture_output=True, text=True, timeout=60).stdout.replace("[]", "")
-
-
-def test_from_env_under_torchrun(tmp_path):
-    """torchrun's agent owns MASTER_PORT: from_env passes the id through its store."""
-    pytest.importorskip("torch.distributed.run")
-    script = tmp_path / "under_torchrun.py"
-    script.write_text(
-        "import numpy as np, gocl\n"
-        "with gocl.Communicator.from_env(timeout=60) as comm:\n"
-        "    print('sum', comm.all_reduce(np.full(3, comm.rank + 1.0))[0], flush=True)\n")
-    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(script)],
-                       capture_output=True, text=True, timeout=180, env=env)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.split().count("3.0") == 2, r.stdout
-
-
-def test_from_env_exchange_protocol():
-    """Rank 0's id service: exact 128 bytes (NULs included), strangers ignored,
-    a world-size mismatch refused, a rank of another round told to retry."""
-    from gocl import comm as gc_comm
-
-    uid = bytes(range(128))  # NUL first: the bytes must travel untouched
-    srv = gc_comm._listen(0)
-    port = srv.getsockname()[1]
-    deadline = time.monotonic() + 20
-    served = threading.Thread(target=gc_comm._serve_unique_id, args=(srv, uid, 3, 7, deadline, f"127.0.0.1:{port}"))
-    served.start()
-    try:
-        with socket.create_connection(("127.0.0.1", port)) as stranger:
-            stranger.sendall(b"GET / HTTP/1.0\r\n\r\n")
-        with pytest.raises(gocl.InvalidArgumentError, match="rank 2 has WORLD_SIZE=4 but rank 0 has WORLD_SIZE=3"):
-            gc_comm._fetch_unique_id("127.0.0.1", port, 2, 4, 7, time.monotonic() + 5, 5)
-        with pytest.raises(gocl.GoclTimeoutError, match="rank 0 is serving another from_env round"):
-            gc_comm._fetch_unique_id("127.0.0.1", port, 2, 3, 8, time.monotonic() + 0.5, 0.5)
-        assert gc_comm._fetch_unique_id("127.0.0.1", port, 1, 3, 7, time.monotonic() + 5, 5) == uid
-        assert gc_comm._fetch_unique_id("localhost", port, 2, 3, 7, time.monotonic() + 5, 5) == uid
-        served.join(10)
-        assert not served.is_alive()  # every rank has the id: the service is done
-    finally:
-        srv.close()
 
 
 def test_unique_id_constructor_on_threads():

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from gocl._supervise import describe_exit, first_failure, kill_running, stop
+from gocl._supervise import describe_exit, first_failure, kill_running, stop, watch
 
 
 def test_describe_exit():
@@ -61,3 +61,23 @@ def test_kill_running_reaps_only_the_living():
     alive = _group("import time; time.sleep(60)")
     kill_running([done, alive])
     assert done.returncode == 0 and alive.returncode == -signal.SIGKILL
+
+
+def test_watch_until_failure_linger_or_deadline():
+    seen = []
+    ok = _group("import time; time.sleep(0.3)")
+    bad = _group("import sys, time; time.sleep(0.2); sys.exit(3)")
+    slow = _group("import time; time.sleep(60)")
+    procs = [ok, bad, slow]
+    try:
+        start = time.monotonic()
+        out = watch(procs, linger=0.5, on_failure=lambda r, codes: seen.append((r, codes[r])))
+        assert 0.6 < time.monotonic() - start < 10  # the failure plus the linger, not slow's 60 s
+        assert (out.first_failed, out.running, out.timed_out) == (1, [2], False)
+        assert seen == [(1, 3)]
+        skip = _group("import sys; sys.exit(75)")
+        out = watch([skip, slow], ok=(0, 75), deadline=time.monotonic() + 0.3)
+        assert (out.first_failed, out.running, out.timed_out) == (None, [1], True)
+        assert watch([ok, skip]).running == []  # all exited: done, whatever the codes
+    finally:
+        kill_running(procs)

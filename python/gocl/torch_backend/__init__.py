@@ -29,8 +29,9 @@ What to know:
 
 * Every group (the default one and each ``new_group``) gets its own gocl
   communicator; the group's rank 0 publishes the unique id in torch's store
-  and the others wait for it up to the group's timeout. Operation timeouts
-  are gocl's (``GOCL_TIMEOUT``), not the group's.
+  and the others wait for it up to the group's timeout (gocl._rendezvous).
+  The group's timeout also bounds every operation; torch's default timeout
+  yields to ``GOCL_TIMEOUT`` when that is set.
 * Synchronous calls on host tensors run inline when nothing is queued;
   ``async_op=True`` calls are queued on the group's libgocl stream and run
   inside libgocl, outside the GIL, with no Python thread; their Works
@@ -43,7 +44,10 @@ What to know:
   receive runs after the group's queued work and alone, so the message
   must have the receiving tensor's size. ``monitored_barrier`` checks
   ranks in through the group's store and names every rank that did not
-  arrive (``wait_all_ranks``). Queued isend/irecv run together, in one gocl group, when one
+  arrive (``wait_all_ranks``); on the ProcessGroup route torch's
+  ``dist.monitored_barrier`` refuses before reaching gocl (2.7.1: a backend
+  not named "gloo"), so call ``group.monitored_barrier(timeout,
+  wait_all_ranks=...)`` on the group itself. Queued isend/irecv run together, in one gocl group, when one
   of them is waited on (or the group's next call is made): which ones is
   decided by program order, never by a timer (see ``_work``). An isend
   nobody waits for goes out with the group's next call: a rank that then

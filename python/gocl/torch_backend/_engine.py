@@ -45,7 +45,7 @@ from torch._C._distributed_c10d import (
     ScatterOptions,
 )
 
-from .. import _core, _lib
+from .. import _core, _lib, _rendezvous
 from . import _staging, _types
 from ._staging import Host, as_bytes, copy_out, direct, overlaps
 from ._work import Executor, GoclWork, Task, completed_work
@@ -59,40 +59,20 @@ for _u, _s in (("uint32", torch.int32), ("uint64", torch.int64)):
         _SIGNED_TWIN[getattr(torch, _u)] = _s
 
 
-def _uid_key(group_id: str, global_ranks: list[int]) -> str:
-    """Store key of a group's unique id. The store torch hands the creator
-    is already prefixed per group and device; the group's global ranks make
-    the key self-describing in store dumps and logs."""
+def connect(store, rank: int, size: int, timeout, global_ranks: list[int], group_id: str) -> _core.Comm:
+    """Create this rank's gocl communicator for a group: the group's rank 0
+    makes the unique id and publishes it in the group's store (see
+    gocl._rendezvous: one key scheme, a round per incarnation of the group);
+    the others wait for it up to the group timeout, then everyone joins. The
+    group's global ranks in the key make it self-describing in store dumps."""
     ranks = ",".join(map(str, global_ranks))
     if len(ranks) > 64:
         ranks = f"{global_ranks[0]}..{global_ranks[-1]}({len(global_ranks)})"
-    return f"gocl/unique_id/{group_id}/[{ranks}]"
-
-
-def connect(store, rank: int, size: int, timeout, global_ranks: list[int], group_id: str) -> _core.Comm:
-    """Create this rank's gocl communicator for a group: rank 0 of the group
-    makes the unique id and publishes it in the store; the others wait for
-    it (up to the group timeout), then everyone joins."""
-    # A store can outlive a group (torchelastic's agent store survives
-    # destroy_process_group, and group names restart at 0 after it): count
-    # joins so that each incarnation of the group uses its own key.
-    joins = store.add(_uid_key(group_id, global_ranks) + "/joins", 1)
-    key = f"{_uid_key(group_id, global_ranks)}/{(joins - 1) // size}"
-    if rank == 0:
-        uid = _core.unique_id()
-        store.set(key, uid)
-    else:
-        try:
-            store.wait([key], timeout)
-        except Exception as exc:  # noqa: BLE001
-            raise RuntimeError(
-                f"gocl: rank {rank} of group {group_id!r} (global rank {global_ranks[rank]}) waited "
-                f"{timeout} for the group's rank 0 (global rank {global_ranks[0]}) to publish the "
-                f"gocl unique id under store key {key!r}: {exc}") from exc
-        uid = store.get(key)
-    if len(uid) != 128:
-        raise RuntimeError(f"gocl: store key {key!r} holds {len(uid)} bytes, not a 128-byte gocl unique id")
-    return _core.Comm.init_rank(bytes(uid), size, rank, timeout=op_timeout(timeout))
+    uid = _rendezvous.store_exchange(
+        store, rank, size, f"{group_id}/[{ranks}]", timeout,
+        f"gocl: rank {rank} of group {group_id!r} (global rank {global_ranks[rank]})",
+        f"the group's rank 0 (global rank {global_ranks[0]})")
+    return _core.Comm.init_rank(uid, size, rank, timeout=op_timeout(timeout))
 
 
 def op_timeout(timeout) -> float | None:
@@ -887,8 +867,8 @@ class Engine:
         every rank gets that error. opts: BarrierOptions (C++ callers) or a
         timedelta (torch's ProcessGroup route)."""
         timeout = getattr(opts, "timeout", opts)
-        if not isinstance(timeout, datetime.timedelta) or timeout.total_seconds() <= 0:
-            timeout = datetime.timedelta(seconds=float(_core_timeout()))
+        if not isinstance(timeout, datetime.timedelta) or timeout.total_seconds() < 0:  # unset (C++: -1 ms)
+            timeout = datetime.timedelta(seconds=_rendezvous.default_timeout())
         self.executor.drain()  # a barrier orders everything before it
         self._monitored += 1
         prefix = f"gocl/monitored_barrier/{self._monitored}"
@@ -897,7 +877,7 @@ class Engine:
         if self.rank != 0:
             self.store.set(f"{prefix}/arrived/{self.rank}", "1")
             try:
-                self.store.wait([done], timeout)
+                self.store.wait([done], max(timeout, datetime.timedelta(milliseconds=1)))
             except Exception as exc:  # noqa: BLE001
                 raise RuntimeError(f"gocl monitored_barrier: {self._where()} timed out after {seconds:g} s "
                                    f"waiting for rank 0 to confirm the barrier: {exc}") from exc
@@ -908,11 +888,18 @@ class Engine:
             self.barrier().wait()  # rank 0 (maybe the store's server) stays until every rank has read
             return completed_work([])
         deadline = time.monotonic() + seconds
-        missing = []
+        missing, passed = [], []
         for r in range(1, self.size):
-            left = max(deadline - time.monotonic(), 0.001)
+            left = deadline - time.monotonic()
+            if left < 0 and not wait_all_ranks:  # rank 0's own time is up (gloo's wording)
+                msg = (f"Rank 0 timed out in monitoredBarrier after {seconds * 1000:.0f} ms.\n"
+                       + (f"Successfully processed ranks: {', '.join(map(str, passed))}" if passed
+                          else "No ranks successfully processed in monitoredBarrier."))
+                self.store.set(done, msg)
+                raise RuntimeError(msg)
             try:
-                self.store.wait([f"{prefix}/arrived/{r}"], datetime.timedelta(seconds=left))
+                self.store.wait([f"{prefix}/arrived/{r}"], datetime.timedelta(seconds=max(left, 0.001)))
+                passed.append(r)
             except Exception:  # noqa: BLE001
                 missing.append(r)
                 if not wait_all_ranks:
@@ -988,14 +975,6 @@ class _Calls:
 
     def recv(self, buf, count, dtype, peer):
         self._c.recv(buf, count, dtype, peer, self._ex.st)
-
-
-def _core_timeout() -> float:
-    """GOCL_TIMEOUT in seconds (gocl's default operation timeout)."""
-    try:
-        return float(os.environ.get("GOCL_TIMEOUT") or os.environ.get("NCCL_TIMEOUT") or 600)
-    except ValueError:
-        return 600.0
 
 
 def debug_enabled() -> bool:

@@ -78,13 +78,17 @@ def test_reinit_after_destroy():
     communicators, fresh unique ids; also with one store kept across the
     incarnations (as torchelastic's agent store is), where the group's store
     keys repeat."""
+    port = int(os.environ["MASTER_PORT"])
     for round_ in range(2):
+        # A port per round: rank 0's store of the last round may still accept
+        # a connection while it shuts down (torch's env:// race, not gocl's).
+        os.environ["MASTER_PORT"] = str(port + 2 + round_)
         with group() as (rank, world):
             x = torch.full((3,), float(rank + round_))
             dist.all_reduce(x)
             assert bool((x == 1 + 2 * round_).all()), x
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]) + 1, world, rank == 0,
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], port + 1, world, rank == 0,
                           timeout=datetime.timedelta(seconds=60))
     for round_ in range(3):
         dist.init_process_group("gocl", store=store, rank=rank, world_size=world)

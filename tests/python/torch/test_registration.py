@@ -82,6 +82,7 @@ def test_implementation_choice(monkeypatch):
     from gocl.torch_backend import _frontends
 
     major, minor = (int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+    monkeypatch.delenv("GOCL_TORCH_IMPL", raising=False)  # the default choice (the suite may run with it set)
     impl = _frontends.implementation()
     if hasattr(dist, "BackendBase") or (major, minor) >= (2, 14):
         assert impl == "backend"
