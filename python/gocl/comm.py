@@ -27,6 +27,7 @@ Semantics, in short (README.md has the table):
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from operator import index

@@ -25,7 +25,7 @@ import ctypes
 import functools
 import itertools
 import threading
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
