@@ -128,6 +128,11 @@ func (c *Comm) diagnose(e *transport.Error, err error) error {
 		case aerr != nil && e.Kind == transport.KindPeerClosed && p == e.Peer:
 			return err // gone: the lost connection says it best
 		case errors.Is(aerr, syscall.ECONNREFUSED):
+			if p == e.Peer {
+				if why := c.peerVerdict(p, wait); why != nil {
+					return why // it failed first, and told us why
+				}
+			}
 			return verdict(transport.KindStalled, p, fmt.Sprintf(
 				"the wait chain %s ends there and its communicator is gone (its probe port refuses connections): it exited, or destroyed or aborted its communicator without making the call",
 				path()))
@@ -155,5 +160,27 @@ func (c *Comm) diagnose(e *transport.Error, err error) error {
 				"the wait chain %s ends there: its process answers and is inside a gocl call, but that call made no progress within the communicator's timeout (GOCL_TIMEOUT)", path()))
 		}
 		time.Sleep(20 * time.Millisecond) // p is waiting too: its own timeout will say for whom
+	}
+}
+
+// peerVerdict waits up to wait for the link to peer p to deliver p's own
+// failure (its abort reason), which may trail p's exit: a rank whose
+// deadline passed just before p's abort frame arrived then still blames
+// p's culprit instead of p.
+func (c *Comm) peerVerdict(p int, wait time.Duration) error {
+	f, ok := c.links[p].(transport.Failer)
+	if !ok {
+		return nil
+	}
+	for end := time.Now().Add(wait); ; time.Sleep(5 * time.Millisecond) {
+		if err := f.Failure(); err != nil {
+			if e := transport.ErrorOf(err); e != nil && e.Kind != transport.KindAborted {
+				return err
+			}
+			return nil
+		}
+		if time.Now().After(end) {
+			return nil
+		}
 	}
 }

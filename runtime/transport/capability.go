@@ -27,3 +27,11 @@ type Prober interface {
 	// without waiting.
 	Pending() bool
 }
+
+// Failer is a Link whose peer can report its failure out of band (shm's
+// control connection): Failure says, without blocking, why the link can no
+// longer be used, nil while it can. A rank that timed out on a peer which
+// has just failed reads the peer's own verdict there.
+type Failer interface {
+	Failure() error
+}

@@ -300,6 +300,9 @@ func (l *link) Abort(reason string) {
 	l.Close()
 }
 
+// Failure implements transport.Failer.
+func (l *link) Failure() error { return l.failure() }
+
 // failure is the error for a wait that cannot finish: this end closed, or
 // the peer gone (with its reason when it sent one).
 func (l *link) failure() error {
