@@ -19,11 +19,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
-from _units import human, parse_bytes  # bench/ is on sys.path: these run as scripts
+from _torchbench import init_groups, launch  # bench/ is on sys.path: these run as scripts
+from _units import human, parse_bytes
 
 SIZES = [8 * 4**k for k in range(12)] + [64 << 20]  # 8 B ... 32 MiB, 64 MiB
 
@@ -33,10 +33,7 @@ def worker(args) -> None:
     import torch
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gocl")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    groups = {"gocl": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
+    rank, world, groups = init_groups()
     ctrl = groups["gloo"]
 
     def burst(name, t, iters):
@@ -75,26 +72,12 @@ def worker(args) -> None:
 
 # ---------------------------------------------------------------- launcher
 def run(n: int, args) -> list[dict]:
-    from gocl.launcher import free_port, rank_env
-
-    port = free_port()
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--max-bytes", str(args.max_bytes),
-           "--rounds", str(args.rounds), "--burst-s", str(args.burst_s), "--max-iters", str(args.max_iters)]
-    procs = [subprocess.Popen(cmd, env=rank_env(r, n, "127.0.0.1", port), stdout=subprocess.PIPE if r == 0 else
-                              subprocess.DEVNULL, text=True) for r in range(n)]
     rows = []
-    for line in procs[0].stdout:
-        line = line.strip()
-        if line.startswith("{"):
-            row = json.loads(line)
-            rows.append(row)
-            print(f"  {n} ranks {human(row['size']):>8}: gloo {row['gloo'] * 1e6:10.1f} us  gocl "
-                  f"{row['gocl'] * 1e6:10.1f} us  ratio {row['gloo'] / row['gocl']:5.2f}", file=sys.stderr, flush=True)
-        elif line:
-            print(line, file=sys.stderr)
-    codes = [p.wait() for p in procs]
-    if any(codes):
-        raise SystemExit(f"{n} ranks: a rank failed (exit codes {codes})")
+    for row in launch(os.path.abspath(__file__), n, ["--max-bytes", str(args.max_bytes), "--rounds", str(args.rounds),
+                                                      "--burst-s", str(args.burst_s), "--max-iters", str(args.max_iters)]):
+        rows.append(row)
+        print(f"  {n} ranks {human(row['size']):>8}: gloo {row['gloo'] * 1e6:10.1f} us  gocl "
+              f"{row['gocl'] * 1e6:10.1f} us  ratio {row['gloo'] / row['gocl']:5.2f}", file=sys.stderr, flush=True)
     return rows
 
 

@@ -30,19 +30,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
+from _torchbench import init_groups, launch  # bench/ is on sys.path: these run as scripts
+from _units import human
+
 SIZES = [8, 64 << 10, 1 << 20, 16 << 20]
 OPS = ("all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor")
-
-
-def _human(n: int) -> str:
-    for unit, f in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= f and n % f == 0:
-            return f"{n // f} {unit}"
-    return f"{n} B"
 
 
 def make_model(hidden: int = 1024, depth: int = 5):
@@ -61,10 +56,7 @@ def worker(args) -> None:
     import torch
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gocl")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    groups = {"gocl": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
+    rank, world, groups = init_groups()
     ctrl = groups["gloo"]
 
     def emit(row):
@@ -116,15 +108,17 @@ def worker(args) -> None:
     ddp = {n: DDP(make_model(), process_group=groups[n], bucket_cap_mb=4) for n in groups}
     opts = {n: torch.optim.SGD(ddp[n].parameters(), lr=0.01) for n in groups}
 
-    def ddp_step(name):
-        dist.barrier(group=groups[name])
-        t0 = time.perf_counter()
-        opts[name].zero_grad(set_to_none=True)
-        torch.nn.functional.mse_loss(ddp[name](x), y).backward()
-        opts[name].step()
-        return time.perf_counter() - t0
+    def timed_step(models, optims):
+        def step(name):  # one training step of models[name], timed
+            dist.barrier(group=groups[name])
+            t0 = time.perf_counter()
+            optims[name].zero_grad(set_to_none=True)
+            torch.nn.functional.mse_loss(models[name](x), y).backward()
+            optims[name].step()
+            return time.perf_counter() - t0
+        return step
 
-    step_rows(emit, "ddp_step", ddp_step, args.steps)
+    step_rows(emit, "ddp_step", timed_step(ddp, opts), args.steps)
     emit({"kind": "ddp_params", "max_diff": max_diff(ddp["gocl"].module, ddp["gloo"].module)})
 
     # FSDP2 -------------------------------------------------------------------
@@ -145,15 +139,7 @@ def worker(args) -> None:
                 fs[n] = fully_shard(m, mesh=mesh)
                 fopt[n] = torch.optim.SGD(fs[n].parameters(), lr=0.01)
 
-            def fsdp_step(name):
-                dist.barrier(group=groups[name])
-                t0 = time.perf_counter()
-                fopt[name].zero_grad(set_to_none=True)
-                torch.nn.functional.mse_loss(fs[name](x), y).backward()
-                fopt[name].step()
-                return time.perf_counter() - t0
-
-            step_rows(emit, "fsdp2_step", fsdp_step, args.steps)
+            step_rows(emit, "fsdp2_step", timed_step(fs, fopt), args.steps)
             local = {n: torch.cat([p.detach().to_local().reshape(-1) for p in fs[n].parameters()]) for n in groups}
             emit({"kind": "fsdp2_params", "max_diff": float((local["gocl"] - local["gloo"]).abs().max())})
     dist.barrier(group=ctrl)
@@ -178,36 +164,22 @@ def max_diff(a, b) -> float:
 
 # ---------------------------------------------------------------- launcher
 def run(n: int, args) -> list[dict]:
-    from gocl.launcher import free_port, rank_env
-
-    port = free_port()
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--max-bytes", str(args.max_bytes),
-           "--rounds", str(args.rounds), "--burst-s", str(args.burst_s), "--max-iters", str(args.max_iters),
-           "--steps", str(args.steps), "--batch", str(args.batch)] + ([] if args.fsdp else ["--no-fsdp"]) + \
-        ([] if args.collectives else ["--no-collectives"])
-    procs = [subprocess.Popen(cmd, env=rank_env(r, n, "127.0.0.1", port), stdout=subprocess.PIPE if r == 0 else
-                              subprocess.DEVNULL, text=True) for r in range(n)]
+    worker_args = ["--max-bytes", str(args.max_bytes), "--rounds", str(args.rounds), "--burst-s", str(args.burst_s),
+                   "--max-iters", str(args.max_iters), "--steps", str(args.steps), "--batch", str(args.batch)]
+    worker_args += ([] if args.fsdp else ["--no-fsdp"]) + ([] if args.collectives else ["--no-collectives"])
     rows = []
-    for line in procs[0].stdout:
-        line = line.strip()
-        if line.startswith("{"):
-            row = json.loads(line)
-            row["ranks"] = n
-            rows.append(row)
-            print(f"  {n} ranks {describe(row)}", file=sys.stderr, flush=True)
-            if args.markdown:
-                print(table([row], head=False), flush=True)
-        elif line:
-            print(line, file=sys.stderr)
-    codes = [p.wait() for p in procs]
-    if any(codes):
-        raise SystemExit(f"{n} ranks: a rank failed (exit codes {codes})")
+    for row in launch(os.path.abspath(__file__), n, worker_args):
+        row["ranks"] = n
+        rows.append(row)
+        print(f"  {n} ranks {describe(row)}", file=sys.stderr, flush=True)
+        if args.markdown:
+            print(table([row], head=False), flush=True)
     return rows
 
 
 def describe(row) -> str:
     if "gocl" in row:
-        what = row["kind"] + ("" if row["kind"].endswith("_step") else f" {_human(row['size'])}")
+        what = row["kind"] + ("" if row["kind"].endswith("_step") else f" {human(row['size'])}")
         return (f"{what:34} gloo {row['gloo'] * 1e6:10.1f} us  gocl {row['gocl'] * 1e6:10.1f} us  "
                 f"ratio {row['gloo'] / row['gocl']:5.2f}")
     return json.dumps(row)
@@ -217,7 +189,7 @@ def table(rows: list[dict], head: bool = True) -> str:
     out = ["| ranks | what | gloo us | gocl us | gloo/gocl |", "|---:|---|---:|---:|---:|"] if head else []
     for r in rows:
         if "gocl" in r:
-            what = r["kind"] + ("" if r["kind"].endswith("_step") else f" {_human(r['size'])}")
+            what = r["kind"] + ("" if r["kind"].endswith("_step") else f" {human(r['size'])}")
             out.append(f"| {r['ranks']} | {what} | {r['gloo'] * 1e6:.1f} | {r['gocl'] * 1e6:.1f} | "
                        f"{r['gloo'] / r['gocl']:.2f} |")
         elif "max_diff" in r:

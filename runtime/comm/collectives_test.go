@@ -342,40 +342,24 @@ func TestSmallChunksOverSocketsDoNotDeadlock(t *testing.T) {
 	})
 }
 
-// A malformed GOCL_ALGO or GOCL_PROTO (or their NCCL_ fallbacks) fails init
-// with a message naming the variable and the syntax.
-func TestBadAlgoSettingFailsInit(t *testing.T) {
-	for _, kv := range [][2]string{{"GOCL_ALGO", "rings"}, {"NCCL_ALGO", "allreduce:tree;ring"}, {"GOCL_PROTO", "LL64"}} {
-		t.Run(kv[0], func(t *testing.T) {
-			setEnv(t, kv[0], kv[1])
+// A malformed tuner or channel setting (or its NCCL_ fallback) fails init
+// on every rank, with a message naming the variable and what it takes.
+func TestBadSettingFailsInit(t *testing.T) {
+	for _, c := range []struct{ key, value, says string }{
+		{"GOCL_ALGO", "rings", "comma list"}, {"NCCL_ALGO", "allreduce:tree;ring", "comma list"}, {"GOCL_PROTO", "LL64", "comma list"},
+		{"GOCL_MAX_NCHANNELS", "0", "1 or more"}, {"NCCL_MAX_NCHANNELS", "many", "1 or more"}, {"GOCL_MIN_NCHANNELS", "-1", "1 or more"},
+	} {
+		t.Run(c.key, func(t *testing.T) {
+			setEnv(t, c.key, c.value)
 			comms, err := InitAll(2, nil, Options{})
 			if err == nil {
 				for _, c := range comms {
 					c.Destroy()
 				}
-				t.Fatalf("%s=%s: init succeeded", kv[0], kv[1])
+				t.Fatalf("%s=%s: init succeeded", c.key, c.value)
 			}
-			if msg := err.Error(); !strings.Contains(msg, kv[0]+"=") || !strings.Contains(msg, "comma list") {
-				t.Errorf("%s=%s: %v", kv[0], kv[1], err)
-			}
-		})
-	}
-}
-
-// A malformed channel count fails init on every rank, naming the variable.
-func TestBadChannelSettingFailsInit(t *testing.T) {
-	for _, kv := range [][2]string{{"GOCL_MAX_NCHANNELS", "0"}, {"NCCL_MAX_NCHANNELS", "many"}, {"GOCL_MIN_NCHANNELS", "-1"}} {
-		t.Run(kv[0], func(t *testing.T) {
-			setEnv(t, kv[0], kv[1])
-			comms, err := InitAll(2, nil, Options{})
-			if err == nil {
-				for _, c := range comms {
-					c.Destroy()
-				}
-				t.Fatalf("%s=%s: init succeeded", kv[0], kv[1])
-			}
-			if msg := err.Error(); !strings.Contains(msg, kv[0]+"=") || !strings.Contains(msg, "1 or more") {
-				t.Errorf("%s=%s: %v", kv[0], kv[1], err)
+			if msg := err.Error(); !strings.Contains(msg, c.key+"=") || !strings.Contains(msg, c.says) {
+				t.Errorf("%s=%s: %v", c.key, c.value, err)
 			}
 		})
 	}

@@ -152,23 +152,12 @@ func TestProcessKilledMidAllReduce(t *testing.T) {
 		}()
 	}
 	// Every rank has finished one call: they are all inside the loop now.
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		ready := 0
-		for r := range n {
-			if _, err := os.Stat(fmt.Sprintf("%s/ready-%d", dir, r)); err == nil {
-				ready++
-			}
+	if !waitReady(dir, n, 60*time.Second) {
+		for _, c := range cmds {
+			c.Process.Kill()
 		}
-		if ready == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			for _, c := range cmds {
-				c.Process.Kill()
-			}
-			wg.Wait()
-			t.Fatalf("ranks did not start looping within 60 s:\n%s\n%s", outs[0].String(), outs[1].String())
-		}
+		wg.Wait()
+		t.Fatalf("ranks did not start looping within 60 s:\n%s\n%s", outs[0].String(), outs[1].String())
 	}
 	time.Sleep(30 * time.Millisecond)
 	killed := time.Now()
@@ -243,22 +232,11 @@ func TestProcessCulpritIsNamedEverywhere(t *testing.T) {
 				cmds[victim].Process.Kill()
 				wg.Wait()
 			}()
-			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-				ready := 0
-				for r := range n {
-					if _, err := os.Stat(fmt.Sprintf("%s/ready-%d", dir, r)); err == nil {
-						ready++
-					}
+			if !waitReady(dir, n, 30*time.Second) {
+				for _, c := range cmds {
+					c.Process.Kill()
 				}
-				if ready == n {
-					break
-				}
-				if time.Now().After(deadline) {
-					for _, c := range cmds {
-						c.Process.Kill()
-					}
-					t.Fatal("ranks did not start looping within 30 s")
-				}
+				t.Fatal("ranks did not start looping within 30 s")
 			}
 			hit := time.Now()
 			if k.signal == "stop" {
@@ -424,4 +402,21 @@ func TestChildRank(t *testing.T) {
 		}
 		c.Abort()
 	}
+}
+
+// waitReady waits until each of the n child ranks has written its ready-R
+// file in dir (it finished one call and is looping), or until timeout.
+func waitReady(dir string, n int, timeout time.Duration) bool {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		ready := 0
+		for r := range n {
+			if _, err := os.Stat(fmt.Sprintf("%s/ready-%d", dir, r)); err == nil {
+				ready++
+			}
+		}
+		if ready == n {
+			return true
+		}
+	}
+	return false
 }
