@@ -9,6 +9,7 @@ import os
 import time
 
 import pytest
+from gocl.launcher import free_port
 from torchdist_util import Failures, R, dist, group, torch  # noqa: I001
 
 
@@ -78,18 +79,30 @@ def test_reinit_after_destroy():
     communicators, fresh unique ids; also with one store kept across the
     incarnations (as torchelastic's agent store is), where the group's store
     keys repeat."""
-    port = int(os.environ["MASTER_PORT"])
+    # Each incarnation gets a port of its own, chosen by rank 0 while the
+    # previous group is up and broadcast through it: rank 0's store of the
+    # last round may still accept a connection while it shuts down (torch's
+    # env:// race, not gocl's), and fixed offsets from MASTER_PORT can collide
+    # with a port another process holds.
+    store = None
     for round_ in range(2):
-        # A port per round: rank 0's store of the last round may still accept
-        # a connection while it shuts down (torch's env:// race, not gocl's).
-        os.environ["MASTER_PORT"] = str(port + 2 + round_)
         with group() as (rank, world):
             x = torch.full((3,), float(rank + round_))
             dist.all_reduce(x)
             assert bool((x == 1 + 2 * round_).all()), x
+            if rank == 0 and round_ == 1:  # the store kept across the next incarnations
+                store = dist.TCPStore(os.environ["MASTER_ADDR"], 0, world, True, wait_for_workers=False,
+                                      timeout=datetime.timedelta(seconds=60))
+            ports = [free_port() if round_ == 0 else (store.port if store else 0)] if rank == 0 else [0]
+            dist.broadcast_object_list(ports, src=0)
+            if round_ == 0:
+                os.environ["MASTER_PORT"] = str(ports[0])
+            else:
+                store_port = ports[0]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], port + 1, world, rank == 0,
-                          timeout=datetime.timedelta(seconds=60))
+    if store is None:
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], store_port, world, False,
+                              timeout=datetime.timedelta(seconds=60))
     for round_ in range(3):
         dist.init_process_group("gocl", store=store, rank=rank, world_size=world)
         x = torch.full((2,), float(rank + round_))
