@@ -254,9 +254,11 @@ func (l *link) Failure() error {
 	buf := make([]byte, wire.HeaderSize+wire.MaxAbortReason)
 	for i := range l.conns {
 		n, err := 0, error(nil)
-		l.raw[i].Control(func(fd uintptr) {
+		if cerr := l.raw[i].Control(func(fd uintptr) {
 			n, _, err = syscall.Recvfrom(int(fd), buf, syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		})
+		}); cerr != nil {
+			err = cerr
+		}
 		switch {
 		case n >= wire.HeaderSize:
 			// a frame boundary only if a receive is not halfway through a frame;
