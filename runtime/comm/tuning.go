@@ -33,9 +33,10 @@ func (c *Comm) setupTuner(s tune.Settings) error {
 			seen[l.Name()] = true
 		}
 	}
-	_, chunkFrom := config.Source("BUFFSIZE")
+	_, from := config.Source("BUFFSIZE")
+	chunkSet := from != "default" // a set chunk is kept over sockets
 	fp := fnv.New64a()
-	fmt.Fprintf(fp, "%s|%d|%d|%s", s, s.DirectMax, c.chunk, chunkFrom)
+	fmt.Fprintf(fp, "%s|%d|%d|%t", s, s.DirectMax, c.chunk, chunkSet)
 	mine := make([]byte, tuneRecord)
 	copy(mine, fp.Sum(nil))
 	have, lo := c.channelOffer()
@@ -62,7 +63,7 @@ func (c *Comm) setupTuner(s tune.Settings) error {
 		}
 	}
 	c.useChannels(have, lo)
-	if seen["socket"] && chunkFrom == "default" { // every rank saw the same transports
+	if seen["socket"] && !chunkSet { // every rank saw the same transports
 		c.chunk = max(c.chunk, socket.Chunk)
 	}
 	c.plan = tune.NewPlan(s, c.nranks, sortedKeys(seen), c.chunk)
