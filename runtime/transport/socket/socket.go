@@ -20,7 +20,7 @@ import (
 // Chunk is the ring chunk (GOCL_BUFFSIZE) a communicator uses when any of
 // its links is a socket and GOCL_BUFFSIZE is not set: a ring step waits for
 // its chunk to cross the link, so every chunk costs a round trip and lets
-// the TCP pipe drain; 4 MiB chunks moved 1.7-1.9x the bytes of 1 MiB ones
+// the TCP pipe drain; 4 MiB chunks gave 1.3-1.9x the busbw of 1 MiB ones
 // between two network namespaces (bench/MULTIHOST.md).
 const Chunk = 4 << 20
 
