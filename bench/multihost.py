@@ -83,11 +83,12 @@ def raw(hosts, seconds: float, both: bool) -> float:
     return sum(float(rx.communicate(timeout=seconds + 60)[0]) for rx in rxs)
 
 
-def gocl_allreduce(hosts, size: int, per_host: int, iters: int, port: int) -> dict:
-    """One gocl perf all_reduce run over both hosts; rank 0's JSON row."""
+def gocl_allreduce(hosts, size: int, per_host: int, iters: int, port: int, settings: dict | None = None) -> dict:
+    """One gocl perf all_reduce run over both hosts (settings: extra GOCL_*
+    variables); rank 0's JSON row."""
     out = Path(tempfile.mkdtemp()) / "perf.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GOCL_", "NCCL_"))}
-    env.update(GOCL_SOCKET_IFNAME=netns.IFNAME, GOCL_TIMEOUT="120")
+    env.update(GOCL_SOCKET_IFNAME=netns.IFNAME, GOCL_TIMEOUT="120", **(settings or {}))
     gocl = str(Path(sys.executable).parent / "gocl")
     procs = [subprocess.Popen(h.cmd([gocl, "run", "--nnodes", "2", "--node-rank", str(k), "--master-addr",
                                      hosts[0].addr, "--master-port", str(port), "-n", str(per_host), "--",
@@ -111,6 +112,9 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=2.0, help="length of each raw stream")
     ap.add_argument("--iters", type=int, default=20, help="all_reduce calls per gocl round")
     ap.add_argument("--ranks-per-host", type=int, default=1)
+    ap.add_argument("--compare", action="append", default=[], metavar="NAME=VAR=V[,VAR=V]",
+                    help="also run gocl with these settings each round (e.g. nsocks4=GOCL_NSOCKS_PERTHREAD=4, "
+                         "or another build: GOCL_LIBRARY=... with GOCL_PERF=...); its busbw is reported beside the default's")
     ap.add_argument("--markdown", default=str(REPO / "bench" / "MULTIHOST.md"))
     ap.add_argument("--json", default=str(REPO / "bench" / "multihost.json"))
     args = ap.parse_args()
@@ -119,6 +123,10 @@ def main() -> int:
         print(f"bench/multihost.py: cannot make hosts here: {why}", file=sys.stderr)
         return 2
     size = parse_bytes(args.size)
+    compare = {}
+    for c in args.compare:
+        name, _, kv = c.partition("=")
+        compare[name] = dict(x.split("=", 1) for x in kv.split(","))
     rounds = []
     with netns.two_hosts("b") as hosts:
         for i in range(args.rounds):
@@ -126,9 +134,17 @@ def main() -> int:
             two = raw(hosts, args.seconds, both=True)
             g = gocl_allreduce(hosts, size, args.ranks_per_host, args.iters, PORT + 10 + i)
             rounds.append({"raw_one_way_GBps": one / 1e9, "raw_both_ways_GBps": two / 1e9, **g})
+            for k, (name, settings) in enumerate(compare.items()):
+                rounds[-1][name] = gocl_allreduce(hosts, size, args.ranks_per_host, args.iters,
+                                                  PORT + 100 + 10 * k + i, settings)["busbw_GBps"]
             print(f"round {i}: raw one way {one / 1e9:.3f} GB/s, both ways {two / 1e9:.3f} GB/s; "
-                  f"gocl all_reduce busbw {g['busbw_GBps']:.3f} GB/s", flush=True)
-    med = {k: statistics.median(r[k] for r in rounds) for k in ("raw_one_way_GBps", "raw_both_ways_GBps", "busbw_GBps")}
+                  f"gocl all_reduce busbw {g['busbw_GBps']:.3f} GB/s"
+                  + "".join(f", {name} {rounds[-1][name]:.3f}" for name in compare), flush=True)
+    med = {k: statistics.median(r[k] for r in rounds)
+           for k in ("raw_one_way_GBps", "raw_both_ways_GBps", "busbw_GBps", *compare)}
+    for name in compare:
+        print(f"{name} ({compare[name]}): median busbw {med[name]:.3f} GB/s vs default {med['busbw_GBps']:.3f} "
+              f"({med[name] / med['busbw_GBps']:.2f}x); / raw one stream {med[name] / med['raw_one_way_GBps']:.2f}")
     ratio = med["busbw_GBps"] / med["raw_one_way_GBps"]
     result = {"size": size, "ranks_per_host": args.ranks_per_host, "nranks": rounds[0]["nranks"], "cpus": os.cpu_count(),
               "rounds": rounds, "median": med, "ratio": ratio, "goal": 0.8, "met": ratio >= 0.8}
@@ -140,15 +156,20 @@ def main() -> int:
         f"two network namespaces joined by a veth pair, {rounds[0]['nranks']} ranks, {os.cpu_count()} CPUs; "
         "rounds alternate raw and gocl; medians over rounds (GB = 10⁹ B).",
         "",
-        "| round | raw TCP, one stream (GB/s) | raw TCP, both ways at once (GB/s) | gocl all_reduce busbw (GB/s) |",
-        "|---|---|---|---|",
+        "| round | raw TCP, one stream (GB/s) | raw TCP, both ways at once (GB/s) | gocl all_reduce busbw (GB/s) |"
+        + "".join(f" {name} busbw (GB/s) |" for name in compare),
+        "|---|---|---|---|" + "---|" * len(compare),
         *[f"| {i} | {r['raw_one_way_GBps']:.3f} | {r['raw_both_ways_GBps']:.3f} | {r['busbw_GBps']:.3f} |"
-          for i, r in enumerate(rounds)],
-        f"| median | {med['raw_one_way_GBps']:.3f} | {med['raw_both_ways_GBps']:.3f} | {med['busbw_GBps']:.3f} |",
+          + "".join(f" {r[name]:.3f} |" for name in compare) for i, r in enumerate(rounds)],
+        f"| median | {med['raw_one_way_GBps']:.3f} | {med['raw_both_ways_GBps']:.3f} | {med['busbw_GBps']:.3f} |"
+        + "".join(f" {med[name]:.3f} |" for name in compare),
         "",
         f"ratio = gocl busbw / raw one stream = **{ratio:.2f}** (goal ≥ 0.8: {'met' if ratio >= 0.8 else 'not met'}).",
+        *[f"{name} = {', '.join(f'{k}={v}' for k, v in compare[name].items())}: median busbw "
+          f"{med[name] / med['busbw_GBps']:.2f}x the default's; / raw one stream {med[name] / med['raw_one_way_GBps']:.2f}."
+          for name in compare],
         "",
-        f"A 2-rank ring all-reduce moves its whole size each way at once, so where the link is bound by CPU "
+        f"A ring all-reduce moves about its whole size each way at once between the hosts, so where the link is bound by CPU "
         f"(a veth pair is: the kernel copies on the cores the ranks use) the other anchor is one direction of "
         f"the both-ways run: gocl busbw / (both ways / 2) = {med['busbw_GBps'] / (med['raw_both_ways_GBps'] / 2):.2f}.",
         "",

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"gocl/kernels"
+	"gocl/runtime/transport/socket"
 	"gocl/runtime/wire"
 )
 
@@ -340,6 +341,32 @@ func TestSmallChunksOverSocketsDoNotDeadlock(t *testing.T) {
 		send := fill(kernels.Float32, kernels.Sum, c.Rank(), count)
 		return c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(send), Recv: ptr(send), Count: count, Type: kernels.Float32})
 	})
+}
+
+// Over sockets the ring's chunk is socket.Chunk unless GOCL_BUFFSIZE says
+// otherwise; within a process (inproc) it stays GOCL_BUFFSIZE's default.
+func TestSocketChunk(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  []string
+		want int
+	}{
+		{"inproc", nil, 1 << 20},
+		{"socket", []string{"GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", "1", "GOCL_SOCKET_IFNAME", "lo"}, socket.Chunk},
+		{"socket, BUFFSIZE set", []string{"GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", "1", "GOCL_SOCKET_IFNAME", "lo", "GOCL_BUFFSIZE", "1048576"}, 1 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if len(tc.env) > 0 {
+				setEnv(t, tc.env...)
+			}
+			clique(t, 2, func(c *Comm) error {
+				if c.chunk != tc.want {
+					return fmt.Errorf("chunk %d, want %d", c.chunk, tc.want)
+				}
+				return nil
+			})
+		})
+	}
 }
 
 // A malformed tuner or channel setting (or its NCCL_ fallback) fails init

@@ -330,10 +330,23 @@ func (c *Comm) waitQueued() {
 	c.stateMu.Unlock()
 }
 
+// destroyGrace is how long Destroy lets a call another thread is making
+// finish before it fails the call: destroy never waits on peers.
+const destroyGrace = 100 * time.Millisecond
+
 // Destroy waits for queued work, then closes the links and frees the comm.
+// A call another thread is still in (stuck on a peer, perhaps) is failed as
+// Abort fails it.
 func (c *Comm) Destroy() error {
 	c.waitQueued()
-	c.opMu.Lock()
+	for end := time.Now().Add(destroyGrace); !c.opMu.TryLock(); time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			c.fail(transport.NewError(transport.Error{Kind: transport.KindPeerFailed, Self: c.rank, Peer: c.rank, Via: -1,
+				Detail: "the communicator was destroyed by another thread during this call (destroy aborts calls in progress)"}))
+			c.opMu.Lock()
+			break
+		}
+	}
 	defer c.opMu.Unlock()
 	c.release()
 	return nil

@@ -166,7 +166,8 @@ func (c *Comm) diagnose(e *transport.Error, err error) error {
 // peerVerdict waits up to wait for the link to peer p to deliver p's own
 // failure (its abort reason), which may trail p's exit: a rank whose
 // deadline passed just before p's abort frame arrived then still blames
-// p's culprit instead of p.
+// p's culprit instead of p. (A verdict already there when the deadline
+// passed is returned by the link's wait itself: transport.Failer.)
 func (c *Comm) peerVerdict(p int, wait time.Duration) error {
 	f, ok := c.links[p].(transport.Failer)
 	if !ok {

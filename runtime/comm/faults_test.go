@@ -134,6 +134,17 @@ func TestMismatchedCallsFailOnEveryRank(t *testing.T) {
 
 // Abort from another goroutine unblocks a rank stuck waiting for a peer.
 func TestAbortUnblocksAWaitingRank(t *testing.T) {
+	// Destroy from another thread never waits on peers either: it ends the
+	// call in progress as Abort does (torch's shutdown() relies on it).
+	for _, end := range []struct {
+		name string
+		do   func(*Comm)
+	}{{"Abort", (*Comm).Abort}, {"Destroy", func(c *Comm) { c.Destroy() }}} {
+		t.Run(end.name, func(t *testing.T) { testEndUnblocks(t, end.do) })
+	}
+}
+
+func testEndUnblocks(t *testing.T, end func(*Comm)) {
 	transports(t, func(t *testing.T) {
 		setEnv(t, "GOCL_TIMEOUT", "60")
 		comms, err := InitAll(2, nil, Options{})
@@ -144,7 +155,7 @@ func TestAbortUnblocksAWaitingRank(t *testing.T) {
 		go func() { done <- allReduce(comms[0], 1000) }()
 		time.Sleep(100 * time.Millisecond)
 		start := time.Now()
-		comms[0].Abort()
+		end(comms[0])
 		select {
 		case err := <-done:
 			wantErr(t, "aborted rank", err, status.RemoteError, "abort")

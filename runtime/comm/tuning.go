@@ -8,8 +8,10 @@ import (
 	"strings"
 
 	"gocl/kernels"
+	"gocl/runtime/config"
 	"gocl/runtime/debuglog"
 	"gocl/runtime/status"
+	"gocl/runtime/transport/socket"
 	"gocl/runtime/tune"
 )
 
@@ -31,8 +33,10 @@ func (c *Comm) setupTuner(s tune.Settings) error {
 			seen[l.Name()] = true
 		}
 	}
+	_, from := config.Source("BUFFSIZE")
+	chunkSet := from != "default" // a set chunk is kept over sockets
 	fp := fnv.New64a()
-	fmt.Fprintf(fp, "%s|%d|%d", s, s.DirectMax, c.chunk)
+	fmt.Fprintf(fp, "%s|%d|%d|%t", s, s.DirectMax, c.chunk, chunkSet)
 	mine := make([]byte, tuneRecord)
 	copy(mine, fp.Sum(nil))
 	have, lo := c.channelOffer()
@@ -59,6 +63,9 @@ func (c *Comm) setupTuner(s tune.Settings) error {
 		}
 	}
 	c.useChannels(have, lo)
+	if seen["socket"] && !chunkSet { // every rank saw the same transports
+		c.chunk = max(c.chunk, socket.Chunk)
+	}
 	c.plan = tune.NewPlan(s, c.nranks, sortedKeys(seen), c.chunk)
 	if c.rank == 0 && debuglog.Enabled(debuglog.Info, debuglog.Tuning) {
 		for _, line := range c.plan.Table() {

@@ -28,10 +28,13 @@ type Prober interface {
 	Pending() bool
 }
 
-// Failer is a Link whose peer can report its failure out of band (shm's
-// control connection): Failure says, without blocking, why the link can no
-// longer be used, nil while it can. A rank that timed out on a peer which
-// has just failed reads the peer's own verdict there.
+// Failer is a Link that says, without blocking or consuming anything, why it
+// can no longer be used (nil while it can): this end closed, or the peer's
+// abort with its verdict (shm: on the control connection; socket: an abort
+// frame at the front of a connection). Every transport is one, and its
+// waits check it before reporting a timeout or a lost connection; a rank
+// that timed out on a peer which has just failed reads the peer's own
+// verdict there (transporttest's VerdictBeatsTimeout).
 type Failer interface {
 	Failure() error
 }

@@ -924,12 +924,21 @@ class Engine:
         return self.executor.end_coalescing(async_op=True)
 
     def shutdown(self) -> None:
+        """Destroy the group once its queued work is done (what
+        destroy_process_group needs). Another thread inside one of the
+        group's calls holds the executor's lock: that call may be stuck on a
+        peer, so the group is aborted, which ends it at once, as abort() does."""
         if self._shut:
             return
         self._shut = True
+        ex = self.executor
+        if not ex.lock.acquire(blocking=False):
+            self.comm.abort()
+            return
         try:
-            self.executor.close()
+            ex.close()
         finally:
+            ex.lock.release()
             self.comm.destroy()
 
     def abort(self) -> None:

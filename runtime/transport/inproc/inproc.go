@@ -325,9 +325,13 @@ func (e *end) Peek() (wire.Header, bool) {
 	return wire.Header{}, false
 }
 
+// Failure reports a closed pair, with the peer's reason (transport.Failer).
+func (e *end) Failure() error { return e.failed() }
+
 var (
 	_ transport.Peeker = (*end)(nil)
 	_ transport.Lender = (*end)(nil)
+	_ transport.Failer = (*end)(nil)
 )
 
 func (e *end) Close() error {

@@ -300,8 +300,39 @@ func (l *link) Abort(reason string) {
 	l.Close()
 }
 
-// Failure implements transport.Failer.
-func (l *link) Failure() error { return l.failure() }
+// Failure implements transport.Failer; the peer's reason may still wait on
+// the control connection, not yet read by watch.
+func (l *link) Failure() error {
+	if err := l.failure(); err != nil {
+		return err
+	}
+	return l.pendingAbort()
+}
+
+// pendingAbort peeks at an abort frame waiting on the control connection
+// without consuming it (watch reads it): Control does not wait for watch's
+// blocked read.
+func (l *link) pendingAbort() error {
+	sc, ok := l.ctrl.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	b := make([]byte, 5+wire.MaxAbortReason)
+	n := 0
+	raw.Control(func(fd uintptr) { n, _, _ = syscall.Recvfrom(int(fd), b, syscall.MSG_PEEK|syscall.MSG_DONTWAIT) })
+	if n < 5 || b[0] != byte(wire.KindAbort) {
+		return nil
+	}
+	r := int(min(binary.LittleEndian.Uint32(b[1:]), wire.MaxAbortReason))
+	if n < 5+r {
+		return nil
+	}
+	return transport.PeerFailed(l.self, l.peer, string(b[5:5+r]))
+}
 
 // failure is the error for a wait that cannot finish: this end closed, or
 // the peer gone (with its reason when it sent one).
@@ -346,6 +377,9 @@ func (l *link) await(ready func() bool, fw, sleep *uint32, what func() string) e
 		if dl := l.deadline.Load(); dl != 0 {
 			left := time.Duration(dl - time.Now().UnixNano())
 			if left <= 0 {
+				if err := l.pendingAbort(); err != nil { // the peer's verdict names the root cause
+					return err
+				}
 				return transport.TimedOut(l.self, l.peer, what())
 			}
 			d = min(d, left)

@@ -2,7 +2,7 @@
 // manner of testing/fstest: a transport's tests hand it a way to make a
 // connected pair, and it checks what every Link promises (frame order and
 // contents at every size, header checks, deadlines, abort reasons, peer
-// close, Buffered, and the optional Lender and Prober capabilities).
+// close, the peer's verdict winning over a timeout, Buffered, and the optional Lender and Prober capabilities).
 package transporttest
 
 import (
@@ -51,6 +51,7 @@ func Run(t *testing.T, pair Pair) {
 	t.Run("Mismatch", func(t *testing.T) { testMismatch(t, pair) })
 	t.Run("Deadline", func(t *testing.T) { testDeadline(t, pair) })
 	t.Run("AbortReason", func(t *testing.T) { testAbort(t, pair) })
+	t.Run("VerdictBeatsTimeout", func(t *testing.T) { testVerdict(t, pair) })
 	t.Run("PeerClose", func(t *testing.T) { testPeerClose(t, pair) })
 	t.Run("LocalClose", func(t *testing.T) { testLocalClose(t, pair) })
 	t.Run("Buffered", func(t *testing.T) { testBuffered(t, pair) })
@@ -243,6 +244,60 @@ func testAbort(t *testing.T, pair Pair) {
 	if err := a.Send(hdr(0), []byte{1}); status.CodeOf(err) != status.RemoteError {
 		t.Errorf("send on an aborted link: want a remote error, got %v", err)
 	}
+}
+
+// VerdictBeatsTimeout: once the peer has aborted, this end's waits report
+// the peer's verdict (the root it named, with its reason), never a timeout
+// or a bare lost connection, even when the deadline has passed already or
+// the wait was a send the peer no longer reads: a rank whose deadline
+// races its neighbour's abort still names the root cause. Every transport
+// is a transport.Failer, which reports the verdict without waiting.
+func testVerdict(t *testing.T, pair Pair) {
+	// b (rank 1) fails because it timed out waiting for rank 2
+	reason := transport.AbortReason(1, transport.TimedOut(1, 2, "waiting for the disk of rank 2"))
+	check := func(t *testing.T, what string, err error) {
+		t.Helper()
+		e := transport.ErrorOf(err)
+		if e == nil || e.Peer != 2 || e.Via != 1 || !strings.Contains(err.Error(), "disk of rank 2") {
+			t.Fatalf("%s after the peer aborted naming rank 2: want the peer's verdict (rank 2, reported by rank 1), got %v", what, err)
+		}
+	}
+	verdict := func(t *testing.T, a transport.Link) {
+		t.Helper()
+		f, ok := a.(transport.Failer)
+		if !ok {
+			t.Fatalf("%T is not a transport.Failer", a)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for f.Failure() == nil {
+			if time.Now().After(deadline) {
+				t.Fatal("Failure stays nil 5 s after the peer aborted")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		check(t, "Failure", f.Failure())
+	}
+	t.Run("DeadlinePassed", func(t *testing.T) {
+		a, b := open(t, pair)
+		b.Abort(reason)
+		verdict(t, a)
+		a.SetDeadline(time.Now().Add(-time.Second))
+		check(t, "a receive past its deadline", a.RecvInto(hdr(0), make([]byte, 8)))
+		check(t, "a send past its deadline", a.Send(hdr(0), make([]byte, 64<<20)))
+	})
+	t.Run("BlockedSend", func(t *testing.T) {
+		a, b := open(t, pair)
+		done := goSend(func() error { return a.Send(hdr(0), make([]byte, 64<<20)) }) // more than any transport buffers
+		time.Sleep(50 * time.Millisecond)
+		b.Abort(reason)
+		select {
+		case err := <-done:
+			check(t, "a send blocked on the peer", err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("a send blocked on the peer still waits 5 s after the peer aborted")
+		}
+		verdict(t, a)
+	})
 }
 
 // PeerClose: frames sent before the peer closed are still delivered, then
