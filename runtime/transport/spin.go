@@ -14,7 +14,7 @@ import (
 // The waiting policy every transport shares. A waiter first polls, then
 // sleeps (Await sleeps on a futex; Spin's callers park their own way):
 //
-//   - busy polling (a few µs of bare loads) only while this process has a
+//   - busy polling (busyFor of bare loads) only while this process has a
 //     core to spare for it and the host's ranks do not outnumber its cores;
 //   - polling with sched_yield for GOCL_SPIN_US, each round offering the
 //     core to whoever needs it, while fewer waiters poll than there are
@@ -52,8 +52,14 @@ func SpinFor() time.Duration {
 	return d
 }
 
-// busyPolls is how many bare polls precede the yielding ones (about 1-3 µs).
-const busyPolls = 1000
+// busyFor is how long a waiter polls with bare loads before it starts
+// yielding, while the host's ranks do not outnumber its cores: the peer is
+// then most likely running on another core, and a round trip over shared
+// memory takes well under a µs. A bound in time, not in polls, so it does
+// not depend on the CPU. Longer does not pay on a loaded host: a 2-rank
+// ping-pong with 10 runnable tasks on 2 cores took 2-4x longer at 100 µs
+// than at 0.5-20 µs, which measured alike within the noise.
+const busyFor = 10 * time.Microsecond
 
 // NoteHostRanks tells the policy that a communicator of this process has n
 // ranks on this host (its own ones included).
@@ -100,14 +106,20 @@ func poll(try func() bool) bool {
 		return false
 	}
 	defer polling.Add(-1)
+	start := time.Now()
 	if !Oversubscribed() {
-		for range busyPolls {
-			if try() {
-				return true
+		busy := min(busyFor, limit)
+		for {
+			for range 64 { // a clock read costs about as much as 64 polls
+				if try() {
+					return true
+				}
+			}
+			if time.Since(start) >= busy {
+				break
 			}
 		}
 	}
-	start := time.Now()
 	for {
 		syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 		if try() {
