@@ -330,7 +330,7 @@ func (l *link) await(ready func() bool, fw, sleep *uint32, what func() string) e
 		}
 		d := time.Second // the control channel wakes us on death; this is a backstop
 		if dl := l.deadline.Load(); dl != 0 {
-			left := time.Duration(dl - time.Now().UnixNano())
+			left := time.Duration(dl - transport.Now().UnixNano())
 			if left <= 0 {
 				return transport.TimedOut(l.self, l.peer, what())
 			}
