@@ -3,6 +3,7 @@ package transport
 import (
 	"math/bits"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -159,11 +160,34 @@ func Spin(try func() bool) bool {
 // shares the cores, and pollers yield theirs. Not when ranks outnumber
 // cores: polls are then a few µs, and more threads running memory-bound
 // copies on the same cores only thrash (measured with 8 ranks on 2 cores).
-func ShareProcess() {
-	if Oversubscribed() {
-		return
+//
+// The setting is the Go runtime's inside libgocl.so, which runs only gocl's
+// goroutines (the host's threads are not Go's), and it lasts only while
+// such ranks exist: each in-process link calls ShareProcess once and the
+// returned release when it closes; the last release puts back the value
+// found before the first raise.
+func ShareProcess() (release func()) {
+	shared.Lock()
+	defer shared.Unlock()
+	shared.users++
+	if want := 2 * Cores(); !Oversubscribed() && runtime.GOMAXPROCS(0) < want {
+		if was := runtime.GOMAXPROCS(want); shared.prev == 0 {
+			shared.prev = was
+		}
 	}
-	if want := 2 * Cores(); runtime.GOMAXPROCS(0) < want {
-		runtime.GOMAXPROCS(want)
-	}
+	return sync.OnceFunc(func() {
+		shared.Lock()
+		defer shared.Unlock()
+		if shared.users--; shared.users == 0 && shared.prev != 0 {
+			runtime.GOMAXPROCS(shared.prev)
+			shared.prev = 0
+		}
+	})
+}
+
+// shared is ShareProcess's state: the links that asked for it, and
+// GOMAXPROCS before it was raised (0: not raised).
+var shared struct {
+	sync.Mutex
+	users, prev int
 }
