@@ -15,7 +15,8 @@ import (
 // The waiting policy every transport shares. A waiter first polls, then
 // sleeps (Await sleeps on a futex; Spin's callers park their own way):
 //
-//   - busy polling (busyFor of bare loads) only while this process has a
+//   - busy polling (up to busyFor of bare loads, less while polls keep
+//     failing: see busyRounds) only while this process has a
 //     core to spare for it and the host's ranks do not outnumber its cores;
 //   - polling with sched_yield for GOCL_SPIN_US, each round offering the
 //     core to whoever needs it, while fewer waiters poll than there are
@@ -53,14 +54,33 @@ func SpinFor() time.Duration {
 	return d
 }
 
-// busyFor is how long a waiter polls with bare loads before it starts
-// yielding, while the host's ranks do not outnumber its cores: the peer is
-// then most likely running on another core, and a round trip over shared
-// memory takes well under a µs. A bound in time, not in polls, so it does
-// not depend on the CPU. Longer does not pay on a loaded host: a 2-rank
-// ping-pong with 10 runnable tasks on 2 cores took 2-4x longer at 100 µs
-// than at 0.5-20 µs, which measured alike within the noise.
+// busyFor bounds the busy phase: how long a waiter polls with bare loads
+// before it starts yielding, while the host's ranks do not outnumber its
+// cores. A bound in time, not in polls, so it does not depend on the CPU.
 const busyFor = 10 * time.Microsecond
+
+// The busy phase adapts to where the peer runs. On another core, its
+// answer comes within a µs or so and polling catches it. On this core (the
+// scheduler put both ranks on one CPU: a waiter that yields looks like half
+// a CPU, and two of them fit on one), polling cannot succeed, every wait
+// burns the whole phase, and a 2-rank exchange took 16-22 µs with a 10 µs
+// phase and 60 µs with a 50 µs one (OpenMPI's ranks, which never yield,
+// take a core each: 0.5 µs). So a wait whose busy phase fails halves the
+// next ones, down to none, and one wait in probeEvery runs the whole phase
+// to notice that the peer has a core of its own again (it then restores
+// the whole phase).
+var busyRounds atomic.Int32 // rounds of clockPolls polls; starts at the most
+
+// probeEvery: one wait in this many polls for the whole busy phase.
+const probeEvery = 16
+
+var waits atomic.Uint32 // waits that polled, for the probes
+
+// maxBusyRounds is the most rounds a busy phase can run (busyFor ends it
+// earlier on a slow clock).
+const maxBusyRounds = 64
+
+func init() { busyRounds.Store(maxBusyRounds) }
 
 // NoteHostRanks tells the policy that a communicator of this process has n
 // ranks on this host (its own ones included).
@@ -95,11 +115,11 @@ func affinityCores() int {
 	return max(c, 1)
 }
 
-// poll runs try under the policy: busy, then yielding, until it succeeds or
-// the budget is spent. It reports whether try succeeded. The clock is read
-// only after clockPolls polls and then every clockPolls (a read costs
-// 0.1-0.3 µs on some VMs, more than a whole exchange), so a wait that ends
-// within a µs or so never reads it.
+// poll runs try under the policy: busy (for an adaptive part of busyFor),
+// then yielding, until it succeeds or the budget is spent. It reports
+// whether try succeeded. The clock is read only every clockPolls polls (a
+// read costs 0.1-0.3 µs on some VMs, more than a whole exchange), so a
+// wait that ends within a µs or so never reads it.
 func poll(try func() bool) bool {
 	limit := SpinFor()
 	if limit <= 0 {
@@ -112,20 +132,29 @@ func poll(try func() bool) bool {
 	defer polling.Add(-1)
 	var start time.Duration // since epoch; 0: not read yet
 	if !Oversubscribed() {
+		rounds, probe := busyRounds.Load(), waits.Add(1)%probeEvery == 0
+		if probe {
+			rounds = maxBusyRounds
+		}
 		busy := min(busyFor, limit)
-	busyLoop:
-		for {
+		for i := int32(0); i < rounds; i++ {
 			for range clockPolls {
 				if try() {
+					if probe {
+						busyRounds.Store(maxBusyRounds)
+					}
 					return true
 				}
 			}
-			switch now := since(); {
-			case start == 0:
+			now := since()
+			if start == 0 {
 				start = now
-			case now-start >= busy:
-				break busyLoop
+			} else if now-start >= busy {
+				break
 			}
+		}
+		if !probe && rounds > 0 {
+			busyRounds.CompareAndSwap(rounds, rounds/2)
 		}
 	}
 	if start == 0 {
