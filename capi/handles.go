@@ -2,6 +2,7 @@ package main
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"gocl/runtime/comm"
 	"gocl/runtime/status"
@@ -11,36 +12,33 @@ import (
 // C sees communicators, streams and events as opaque pointers. They are
 // numbers from this table, never Go pointers (C must not hold those), and
 // never reused, so a stale handle is reported instead of aliasing a new one.
+// Every call looks its handles up: a sync.Map reads without a lock, so
+// ranks that are threads of one process do not contend on every call.
 type handles struct {
-	mu   sync.Mutex
-	next uintptr
-	objs map[uintptr]any
+	next atomic.Uintptr
+	objs sync.Map // uintptr -> any
 }
 
-var table = handles{next: 0x1000, objs: map[uintptr]any{}}
+var table = func() *handles {
+	h := &handles{}
+	h.next.Store(0x1000)
+	return h
+}()
 
 func (h *handles) add(v any) uintptr {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.next += 0x10
-	h.objs[h.next] = v
-	return h.next
+	id := h.next.Add(0x10)
+	h.objs.Store(id, v)
+	return id
 }
 
-func (h *handles) remove(id uintptr) {
-	h.mu.Lock()
-	delete(h.objs, id)
-	h.mu.Unlock()
-}
+func (h *handles) remove(id uintptr) { h.objs.Delete(id) }
 
 func lookup[T any](id uintptr, what string) (T, error) {
 	var zero T
 	if id == 0 {
 		return zero, status.Errorf(status.InvalidArgument, "%s is NULL", what)
 	}
-	table.mu.Lock()
-	v, ok := table.objs[id]
-	table.mu.Unlock()
+	v, ok := table.objs.Load(id)
 	t, isT := v.(T)
 	if !ok || !isT {
 		return zero, status.Errorf(status.InvalidArgument,

@@ -83,6 +83,9 @@ func AllReduceDirect(c *Ctx, send, recv []byte, count int) error {
 	if size == 0 {
 		return nil
 	}
+	if size <= smallBytes && c.buffered(size) {
+		return allReduceSmall(c, send, recv, size)
+	}
 	n, r := c.N, c.Rank
 	src := send
 	if same(send, recv) { // recv is overwritten before this rank's input is used, and while sends may be in flight
@@ -135,6 +138,71 @@ func AllReduceDirect(c *Ctx, send, recv []byte, count int) error {
 		c.Red.Finalize(recv)
 		return nil
 	})
+}
+
+// smallBytes bounds allReduceSmall: below it a second copy of a buffer
+// costs less than lending FIFO slots and running the primitives.
+const smallBytes = 2048
+
+// buffered reports whether every link takes a frame of n bytes without the
+// peer receiving it, so a rank may send to all before it receives.
+func (c *Ctx) buffered(n int) bool {
+	for p, l := range c.Links {
+		if p != c.Rank && !l.Buffered(n) {
+			return false
+		}
+	}
+	return true
+}
+
+// allReduceSmall is the one-shot allreduce of a tiny buffer, run on the
+// caller's goroutine with no allocation (the latency path: at 2 ranks, one
+// exchange and one local reduction): this rank's input goes to every peer
+// as one frame sent inline, the peers' inputs land in scratch, and all are
+// reduced in rank order, so every rank gets identical bits. Every link must
+// buffer size bytes.
+func allReduceSmall(c *Ctx, send, recv []byte, size int) error {
+	n, r := c.N, c.Rank
+	buf := c.Scratch(n * size) // slot q holds rank q's input
+	slot := func(q int) []byte {
+		if q == r && !same(send, recv) {
+			return send
+		}
+		return buf[q*size : (q+1)*size]
+	}
+	if same(send, recv) { // recv is written before the peers' inputs are all in
+		copy(slot(r), send)
+	}
+	err := func() error {
+		for k := 1; k < n; k++ { // pairwise shift, as AllReduceDirect
+			c.sh = c.Hdr
+			if err := c.Links[c.peer(k)].Send(&c.sh, slot(r)); err != nil {
+				return err
+			}
+		}
+		for k := 1; k < n; k++ {
+			q := c.peer(-k)
+			c.sh = c.Hdr
+			if err := c.Links[q].RecvInto(&c.sh, slot(q)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	if err != nil {
+		c.Fail(err)
+		return err
+	}
+	if c.Red.NeedsPrepare() {
+		reduceInOrder(c, recv, slot)
+	} else { // the first two inputs in one pass
+		c.Red.Accumulate(recv, slot(0), slot(1))
+		for q := 2; q < n; q++ {
+			c.Red.Accumulate(recv, recv, slot(q))
+		}
+	}
+	c.Red.Finalize(recv)
+	return nil
 }
 
 // reduceInOrder writes pre(slot(0)) ⊕ pre(slot(1)) ⊕ ... into dst.

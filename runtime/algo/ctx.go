@@ -31,6 +31,10 @@ type Ctx struct {
 	// Fail closes the communicator's links after an error so that a sender
 	// blocked on a peer (and the peers themselves) stop waiting.
 	Fail func(error)
+
+	// sh is the frame header of allReduceSmall: a field, so that handing it
+	// to a Link does not move it to the heap at every call.
+	sh wire.Header
 }
 
 func (c *Ctx) next() int      { return (c.Rank + 1) % c.N }

@@ -6,6 +6,7 @@ import (
 	"gocl/runtime/algo"
 	"gocl/runtime/debuglog"
 	"gocl/runtime/status"
+	"gocl/runtime/transport"
 	"gocl/runtime/tune"
 	"gocl/runtime/wire"
 )
@@ -14,19 +15,10 @@ import (
 // group): collectives in call order, then all point-to-point ops at once.
 // Any failure fails the communicator so that no peer keeps waiting.
 func (c *Comm) execute(ops []*Op) (err error) {
-	c.opMu.Lock()
-	defer c.opMu.Unlock()
-	if err := c.usable(); err != nil {
+	if err := c.enter(); err != nil {
 		return err
 	}
-	c.prog.enter()
-	defer func() {
-		if err != nil {
-			c.fail(err) // before leaving: a probe must not see an idle rank without its verdict
-		}
-		c.prog.leave()
-	}()
-	c.armDeadline()
+	defer c.leave(&err)
 	var p2p []*Op
 	for _, op := range ops {
 		if op.Coll == wire.SendRecv {
@@ -38,6 +30,37 @@ func (c *Comm) execute(ops []*Op) (err error) {
 		}
 	}
 	return c.pointToPoint(p2p)
+}
+
+// executeOne is execute for a single collective.
+func (c *Comm) executeOne(op *Op) (err error) {
+	if err := c.enter(); err != nil {
+		return err
+	}
+	defer c.leave(&err)
+	return c.collective(op)
+}
+
+// enter starts an operation: the communicator is this caller's, still
+// usable, and every wait of the operation is bounded by its timeout.
+func (c *Comm) enter() error {
+	c.opMu.Lock()
+	if err := c.usable(); err != nil {
+		c.opMu.Unlock()
+		return err
+	}
+	c.prog.enter()
+	c.armDeadline()
+	return nil
+}
+
+// leave ends an operation that ended with *err.
+func (c *Comm) leave(err *error) {
+	if *err != nil {
+		c.fail(*err) // before leaving: a probe must not see an idle rank without its verdict
+	}
+	c.prog.leave()
+	c.opMu.Unlock()
 }
 
 // ctx describes op to the algorithms. The Ctx is the communicator's own,
@@ -211,7 +234,7 @@ func (c *Comm) p2p(op *Op) error {
 func (c *Comm) armDeadline() time.Time {
 	var deadline time.Time
 	if c.timeout > 0 {
-		deadline = time.Now().Add(c.timeout)
+		deadline = transport.Now().Add(c.timeout) // a clock read less than time.Now: this is every call's cost
 	}
 	for _, l := range c.links {
 		if l != nil {

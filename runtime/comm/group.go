@@ -3,6 +3,7 @@ package comm
 import (
 	"gocl/runtime/status"
 	"gocl/runtime/stream"
+	"gocl/runtime/wire"
 )
 
 // Group collects calls made between goclGroupStart and goclGroupEnd (a call
@@ -67,8 +68,20 @@ func (g *Group) Run() error {
 	return status.Parallel(len(now), func(i int) error { return run(now[i]) })
 }
 
-// Run executes a single call.
+// Run executes a single call. A collective on the NULL stream runs right
+// here, on the caller's thread, without a Group: the small-message path
+// hands nothing to another goroutine and allocates nothing.
 func (c *Comm) Run(s *stream.Stream, op Op) error {
+	if s == nil && op.Coll != wire.SendRecv {
+		if err := c.usable(); err != nil {
+			return err
+		}
+		if err := c.prepare(&op); err != nil {
+			return err
+		}
+		c.waitQueued()
+		return c.executeOne(&op)
+	}
 	var g Group
 	if err := g.Add(c, s, op); err != nil {
 		return err

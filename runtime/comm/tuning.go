@@ -11,13 +11,15 @@ import (
 	"gocl/runtime/config"
 	"gocl/runtime/debuglog"
 	"gocl/runtime/status"
+	"gocl/runtime/transport"
 	"gocl/runtime/transport/socket"
 	"gocl/runtime/tune"
 )
 
 // tuneRecord is one rank's entry in the init exchange: a hash of the
-// settings that must agree, its channel offer (2 bytes), then its links'
-// transport names. One exchange at init, so the user's calls start at #1.
+// settings that must agree, its channel offer (2 bytes), whether its host's
+// ranks outnumber its cores (1 byte), then its links' transport names. One
+// exchange at init, so the user's calls start at #1.
 const tuneRecord = 128
 
 // setupTuner builds the communicator's tuner. Every rank must pick the same
@@ -41,7 +43,11 @@ func (c *Comm) setupTuner(s tune.Settings) error {
 	copy(mine, fp.Sum(nil))
 	have, lo := c.channelOffer()
 	mine[8], mine[9] = byte(min(have, 255)), byte(min(lo, 255))
-	copy(mine[10:], strings.Join(sortedKeys(seen), ","))
+	crowded := transport.Oversubscribed()
+	if crowded {
+		mine[10] = 1
+	}
+	copy(mine[11:], strings.Join(sortedKeys(seen), ","))
 	if c.nranks > 1 {
 		all := make([]byte, tuneRecord*c.nranks)
 		if err := c.allGather(mine, all, tuneRecord, kernels.Uint8); err != nil {
@@ -55,7 +61,8 @@ func (c *Comm) setupTuner(s tune.Settings) error {
 					c.rank, r, s, s.DirectMax, c.chunk)
 			}
 			have, lo = min(have, int(rec[8])), min(lo, int(rec[9]))
-			for _, t := range strings.Split(string(bytes.TrimRight(rec[10:], "\x00")), ",") {
+			crowded = crowded || rec[10] != 0
+			for _, t := range strings.Split(string(bytes.TrimRight(rec[11:], "\x00")), ",") {
 				if t != "" {
 					seen[t] = true
 				}
@@ -66,7 +73,7 @@ func (c *Comm) setupTuner(s tune.Settings) error {
 	if seen["socket"] && !chunkSet { // every rank saw the same transports
 		c.chunk = max(c.chunk, socket.Chunk)
 	}
-	c.plan = tune.NewPlan(s, c.nranks, sortedKeys(seen), c.chunk)
+	c.plan = tune.NewPlan(s, c.nranks, sortedKeys(seen), c.chunk, crowded)
 	if c.rank == 0 && debuglog.Enabled(debuglog.Info, debuglog.Tuning) {
 		for _, line := range c.plan.Table() {
 			debuglog.Infof(debuglog.Tuning, c.rank, "%s", line)

@@ -3,6 +3,7 @@ package transport
 import (
 	"math/bits"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -14,7 +15,8 @@ import (
 // The waiting policy every transport shares. A waiter first polls, then
 // sleeps (Await sleeps on a futex; Spin's callers park their own way):
 //
-//   - busy polling (a few µs of bare loads) only while this process has a
+//   - busy polling (up to busyFor of bare loads, less while polls keep
+//     failing: see busyRounds) only while this process has a
 //     core to spare for it and the host's ranks do not outnumber its cores;
 //   - polling with sched_yield for GOCL_SPIN_US, each round offering the
 //     core to whoever needs it, while fewer waiters poll than there are
@@ -52,8 +54,33 @@ func SpinFor() time.Duration {
 	return d
 }
 
-// busyPolls is how many bare polls precede the yielding ones (about 1-3 µs).
-const busyPolls = 1000
+// busyFor bounds the busy phase: how long a waiter polls with bare loads
+// before it starts yielding, while the host's ranks do not outnumber its
+// cores. A bound in time, not in polls, so it does not depend on the CPU.
+const busyFor = 10 * time.Microsecond
+
+// The busy phase adapts to where the peer runs. On another core, its
+// answer comes within a µs or so and polling catches it. On this core (the
+// scheduler put both ranks on one CPU: a waiter that yields looks like half
+// a CPU, and two of them fit on one), polling cannot succeed, every wait
+// burns the whole phase, and a 2-rank exchange took 16-22 µs with a 10 µs
+// phase and 60 µs with a 50 µs one (OpenMPI's ranks, which never yield,
+// take a core each: 0.5 µs). So a wait whose busy phase fails halves the
+// next ones, down to none, and one wait in probeEvery runs the whole phase
+// to notice that the peer has a core of its own again (it then restores
+// the whole phase).
+var busyRounds atomic.Int32 // rounds of clockPolls polls; starts at the most
+
+// probeEvery: one wait in this many polls for the whole busy phase.
+const probeEvery = 16
+
+var waits atomic.Uint32 // waits that polled, for the probes
+
+// maxBusyRounds is the most rounds a busy phase can run (busyFor ends it
+// earlier on a slow clock).
+const maxBusyRounds = 64
+
+func init() { busyRounds.Store(maxBusyRounds) }
 
 // NoteHostRanks tells the policy that a communicator of this process has n
 // ranks on this host (its own ones included).
@@ -88,8 +115,11 @@ func affinityCores() int {
 	return max(c, 1)
 }
 
-// poll runs try under the policy: busy, then yielding, until it succeeds or
-// the budget is spent. It reports whether try succeeded.
+// poll runs try under the policy: busy (for an adaptive part of busyFor),
+// then yielding, until it succeeds or the budget is spent. It reports
+// whether try succeeded. The clock is read only every clockPolls polls (a
+// read costs 0.1-0.3 µs on some VMs, more than a whole exchange), so a
+// wait that ends within a µs or so never reads it.
 func poll(try func() bool) bool {
 	limit := SpinFor()
 	if limit <= 0 {
@@ -100,24 +130,49 @@ func poll(try func() bool) bool {
 		return false
 	}
 	defer polling.Add(-1)
+	var start time.Duration // since epoch; 0: not read yet
 	if !Oversubscribed() {
-		for range busyPolls {
-			if try() {
-				return true
+		rounds, probe := busyRounds.Load(), waits.Add(1)%probeEvery == 0
+		if probe {
+			rounds = maxBusyRounds
+		}
+		busy := min(busyFor, limit)
+		for i := int32(0); i < rounds; i++ {
+			for range clockPolls {
+				if try() {
+					if probe {
+						busyRounds.Store(maxBusyRounds)
+					}
+					return true
+				}
+			}
+			now := since()
+			if start == 0 {
+				start = now
+			} else if now-start >= busy {
+				break
 			}
 		}
+		if !probe && rounds > 0 {
+			busyRounds.CompareAndSwap(rounds, rounds/2)
+		}
 	}
-	start := time.Now()
+	if start == 0 {
+		start = since()
+	}
 	for {
 		syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 		if try() {
 			return true
 		}
-		if time.Since(start) >= limit {
+		if since()-start >= limit {
 			return false
 		}
 	}
 }
+
+// clockPolls is how many bare polls run between clock reads (about 1 µs).
+const clockPolls = 512
 
 // Spin calls try until it reports success or the policy's polling budget
 // is spent, and returns whether try succeeded. The caller then sleeps its
@@ -134,11 +189,34 @@ func Spin(try func() bool) bool {
 // shares the cores, and pollers yield theirs. Not when ranks outnumber
 // cores: polls are then a few µs, and more threads running memory-bound
 // copies on the same cores only thrash (measured with 8 ranks on 2 cores).
-func ShareProcess() {
-	if Oversubscribed() {
-		return
+//
+// The setting is the Go runtime's inside libgocl.so, which runs only gocl's
+// goroutines (the host's threads are not Go's), and it lasts only while
+// such ranks exist: each in-process link calls ShareProcess once and the
+// returned release when it closes; the last release puts back the value
+// found before the first raise.
+func ShareProcess() (release func()) {
+	shared.Lock()
+	defer shared.Unlock()
+	shared.users++
+	if want := 2 * Cores(); !Oversubscribed() && runtime.GOMAXPROCS(0) < want {
+		if was := runtime.GOMAXPROCS(want); shared.prev == 0 {
+			shared.prev = was
+		}
 	}
-	if want := 2 * Cores(); runtime.GOMAXPROCS(0) < want {
-		runtime.GOMAXPROCS(want)
-	}
+	return sync.OnceFunc(func() {
+		shared.Lock()
+		defer shared.Unlock()
+		if shared.users--; shared.users == 0 && shared.prev != 0 {
+			runtime.GOMAXPROCS(shared.prev)
+			shared.prev = 0
+		}
+	})
+}
+
+// shared is ShareProcess's state: the links that asked for it, and
+// GOMAXPROCS before it was raised (0: not raised).
+var shared struct {
+	sync.Mutex
+	users, prev int
 }

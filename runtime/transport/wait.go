@@ -45,6 +45,19 @@ func (b *Bell) channel() chan struct{} {
 	return c
 }
 
+// epoch anchors Now and since: one monotonic clock read each.
+var epoch = time.Now()
+
+// since is the monotonic time since epoch.
+func since() time.Duration { return time.Since(epoch) }
+
+// Now is time.Now for deadlines, at one clock read instead of two (time.Now
+// reads the wall and the monotonic clocks; a read costs 0.1-0.3 µs on some
+// VMs, as much as a small exchange): its monotonic reading is exact, its
+// wall reading is epoch's plus the monotonic time since, so deadlines made
+// from it and compared with it (Sub, Before, UnixNano) agree.
+func Now() time.Time { return epoch.Add(since()) }
+
 // ErrExpired is Await's error for a wait that passed its deadline; callers
 // wrap it into TimedOut with their own words.
 var ErrExpired = errors.New("deadline passed")
@@ -95,7 +108,7 @@ func await(b *Bell, deadline int64, ready func() bool, failed func() error, poll
 		}
 		d := sleepBackstop
 		if deadline != 0 {
-			left := time.Duration(deadline - time.Now().UnixNano())
+			left := time.Duration(deadline - Now().UnixNano())
 			if left <= 0 {
 				b.sleepers.Add(-1)
 				return ErrExpired

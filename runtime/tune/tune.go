@@ -79,10 +79,11 @@ func candidates(coll wire.Coll) []Algo {
 // the table of choices it computed once at init.
 type Plan struct {
 	Settings
-	n      int
-	costs  [numProtos]Cost // per protocol; Beta 0: the protocol is not offered
-	chunk  int
-	choice [numColls][numSizes]Choice
+	n       int
+	crowded bool            // some host's ranks outnumber its cores: every dependent step waits for a wake-up
+	costs   [numProtos]Cost // per protocol; Beta 0: the protocol is not offered
+	chunk   int
+	choice  [numColls][numSizes]Choice
 }
 
 // sizes of the precomputed table: 1 B, 2 B, 4 B, ..., 2^numSizes-1 B; larger
@@ -93,9 +94,10 @@ const numColls = int(wire.SendRecv) + 1
 
 // NewPlan builds the tuner of a communicator of n ranks whose links use the
 // transports named (Link.Name: "inproc", "socket", "shm"...), cutting ring
-// and tree data into chunks of chunk bytes.
-func NewPlan(s Settings, n int, transports []string, chunk int) *Plan {
-	p := &Plan{Settings: s, n: n, chunk: max(chunk, 1)}
+// and tree data into chunks of chunk bytes. crowded says that on some host
+// the ranks outnumber the cores (every rank must pass the same value).
+func NewPlan(s Settings, n int, transports []string, chunk int, crowded bool) *Plan {
+	p := &Plan{Settings: s, n: n, chunk: max(chunk, 1), crowded: crowded}
 	p.costs = linkCosts(transports)
 	for coll := wire.AllReduce; coll < wire.SendRecv; coll++ {
 		for b := range numSizes {
@@ -158,12 +160,56 @@ func (p *Plan) decide(coll wire.Coll, bytes int) Choice {
 	return best
 }
 
+// WakeUs is what each dependent step of an algorithm costs on a crowded
+// host (ranks outnumber cores), on top of the link's latency: the rank
+// that the step waits for must first be given a core, and waiters sleep
+// rather than poll there. Counted up to the one-shot's cap (DirectMax),
+// where latency decides the choice. gocl-perf all_reduce 8 B, 4 ranks on 2 cores:
+// one-shot (one step) 16-25 µs, halving-doubling (four steps) 2-4x that.
+const WakeUs = 10
+
 // Estimate is the model's time in µs for coll moving bytes with a and pr.
 func (p *Plan) Estimate(coll wire.Coll, a Algo, pr Proto, bytes int) float64 {
-	n := float64(p.n)
 	if p.n == 1 {
 		return 0
 	}
+	t := p.estimate(coll, a, pr, bytes)
+	if p.crowded && bytes <= p.DirectMax { // where latency decides; large calls keep the idle host's model
+		t += WakeUs * p.steps(coll, a, bytes)
+	}
+	return t
+}
+
+// steps is how many times a rank waits for another before a call with a
+// can finish (the chain of dependent steps).
+func (p *Plan) steps(coll wire.Coll, a Algo, bytes int) float64 {
+	n := float64(p.n)
+	chunks := math.Max(1, math.Ceil(float64(bytes)/n/float64(p.chunk)))
+	lg := math.Ceil(math.Log2(n))
+	depth := math.Ceil(math.Log2(n + 1))
+	all := coll == wire.AllReduce
+	switch a {
+	case Ring:
+		if all {
+			return 2*(n-1) + chunks - 1
+		}
+		return n - 1 + chunks - 1
+	case Tree:
+		if all {
+			return 2 * depth
+		}
+		return depth
+	case HalvingDoubling:
+		if all {
+			return 2 * lg
+		}
+		return lg
+	}
+	return 1 // Direct and the pairwise collectives: one exchange
+}
+
+func (p *Plan) estimate(coll wire.Coll, a Algo, pr Proto, bytes int) float64 {
+	n := float64(p.n)
 	c := p.costs[pr]
 	S := float64(bytes)
 	// µs to move x bytes as chunked messages, and to reduce x bytes
@@ -219,8 +265,12 @@ func (p *Plan) Estimate(coll wire.Coll, a Algo, pr Proto, bytes int) float64 {
 // GOCL_DEBUG_SUBSYS=TUNING prints at init.
 func (p *Plan) Table() []string {
 	var lines []string
-	lines = append(lines, fmt.Sprintf("tuner: %d ranks, links %s (runtime/tune/costs.txt), chunk %d B, direct up to %d B; %s",
-		p.n, p.describeCosts(), p.chunk, p.DirectMax, p.Settings))
+	crowd := ""
+	if p.crowded {
+		crowd = fmt.Sprintf(", ranks outnumber cores (+%d µs per dependent step)", WakeUs)
+	}
+	lines = append(lines, fmt.Sprintf("tuner: %d ranks, links %s (runtime/tune/costs.txt)%s, chunk %d B, direct up to %d B; %s",
+		p.n, p.describeCosts(), crowd, p.chunk, p.DirectMax, p.Settings))
 	for coll := wire.AllReduce; coll < wire.SendRecv; coll++ {
 		cands := candidates(coll)
 		if len(cands) == 1 {

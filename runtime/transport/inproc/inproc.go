@@ -84,6 +84,7 @@ type end struct {
 	recvd      uint64 // frames consumed (the receiver's own count)
 	lent       int    // bytes of the outstanding Lend; 0: none
 	deadline   atomic.Int64
+	unshare    func() // gives back transport.ShareProcess's setting
 }
 
 var (
@@ -103,7 +104,7 @@ type key struct {
 // both have their ends.
 func Connect(comm string, self, peer int) transport.Link {
 	k := key{comm, min(self, peer), max(self, peer)}
-	transport.ShareProcess()
+	unshare := transport.ShareProcess()
 	regMu.Lock()
 	p, ok := registry[k]
 	if ok {
@@ -113,7 +114,7 @@ func Connect(comm string, self, peer int) transport.Link {
 		registry[k] = p
 	}
 	regMu.Unlock()
-	e := &end{p: p, self: self, peer: peer}
+	e := &end{p: p, self: self, peer: peer, unshare: unshare}
 	if self > peer {
 		e.me = 1
 	}
@@ -348,5 +349,6 @@ func (e *end) Abort(reason string) {
 			e.p.dirs[i].post.Ring()
 			e.p.dirs[i].take.Ring()
 		}
+		e.unshare()
 	})
 }

@@ -62,11 +62,8 @@ const MaxPiece = dataBytes / 2
 // BufferedMax bounds Buffered: well inside both the slot FIFO and the ring.
 const BufferedMax = 64 << 10
 
-// Options tune waiting to the host.
+// Options are a link's settings.
 type Options struct {
-	// Oversubscribed means more local ranks than cores: waiters do not busy
-	// poll (a poller would take the core the peer needs) and yield at once.
-	Oversubscribed bool
 	// Channels is how many FIFO pairs this end offers (at least 1); the
 	// pair gets the smaller of both ends' offers.
 	Channels int
@@ -349,23 +346,12 @@ func (l *link) failure() error {
 	return transport.PeerClosed(l.self, l.peer, "its shared-memory control connection closed")
 }
 
-const busyPolls = 4096
-
-// await returns once ready() holds: busy polling, then yielding for
-// transport.SpinFor, then sleeping on the futex word fw with *sleep set so
-// the other side knows to wake it. Closing, the peer's death and the
-// deadline end the wait with an error.
+// await returns once ready() holds: polling under the shared waiting
+// policy (transport.Spin: bare loads, then yielding, for transport.SpinFor),
+// then sleeping on the futex word fw with *sleep set so the other side
+// knows to wake it. Closing, the peer's death and the deadline end the wait
+// with an error.
 func (l *link) await(ready func() bool, fw, sleep *uint32, what func() string) error {
-	if ready() {
-		return nil
-	}
-	if !l.opts.Oversubscribed {
-		for range busyPolls {
-			if ready() {
-				return nil
-			}
-		}
-	}
 	if transport.Spin(ready) {
 		return nil
 	}
@@ -375,7 +361,7 @@ func (l *link) await(ready func() bool, fw, sleep *uint32, what func() string) e
 		}
 		d := time.Second // the control channel wakes us on death; this is a backstop
 		if dl := l.deadline.Load(); dl != 0 {
-			left := time.Duration(dl - time.Now().UnixNano())
+			left := time.Duration(dl - transport.Now().UnixNano())
 			if left <= 0 {
 				if err := l.pendingAbort(); err != nil { // the peer's verdict names the root cause
 					return err
@@ -649,9 +635,11 @@ func (l *link) release(p *piece) {
 	}
 }
 
-// frame reads one frame, calling into(p, payload-or-nil) per piece after the
-// header has been checked on the first.
-func (l *link) frame(want *wire.Header, piece func(p *piece) error) error {
+// frame reads one frame after checking its header against want: into dst
+// when use is nil (RecvInto), else handing the payload to use (RecvWith),
+// straight from the data ring when the frame is one Simple piece. No
+// closure and nothing escapes: a small receive allocates nothing.
+func (l *link) frame(want *wire.Header, dst []byte, use func(payload []byte)) error {
 	if !l.enter() {
 		return transport.Aborted(l.self, l.peer)
 	}
@@ -659,6 +647,8 @@ func (l *link) frame(want *wire.Header, piece func(p *piece) error) error {
 	if l.closed.Load() {
 		return transport.Aborted(l.self, l.peer)
 	}
+	n := int(want.Len)
+	off := 0
 	for first := true; ; first = false {
 		p, err := l.next(want)
 		if err != nil {
@@ -670,12 +660,36 @@ func (l *link) frame(want *wire.Header, piece func(p *piece) error) error {
 				return err
 			}
 		}
-		if err := piece(&p); err != nil {
-			return err
+		if off+p.n > n {
+			return transport.PeerClosed(l.self, l.peer, "shared-memory frame longer than its header says")
+		}
+		last := p.flags&modeMore == 0
+		switch {
+		case use != nil && first && last && p.flags&modeSimple != 0:
+			use(l.ring(&p)) // straight from the ring: no copy
+		default:
+			buf := dst
+			if use != nil {
+				if cap(l.scratch) < n {
+					l.scratch = make([]byte, n)
+				}
+				buf = l.scratch[:n]
+			}
+			if p.flags&modeSimple == 0 {
+				if err := l.llPayload(&p, buf[off:off+p.n], want); err != nil {
+					return err
+				}
+			} else {
+				copy(buf[off:], l.ring(&p))
+			}
+			off += p.n
+			if use != nil && last {
+				use(buf)
+			}
 		}
 		transport.RaceAcquire()
 		l.release(&p)
-		if p.flags&modeMore == 0 {
+		if last {
 			return nil
 		}
 	}
@@ -683,50 +697,11 @@ func (l *link) frame(want *wire.Header, piece func(p *piece) error) error {
 
 func (l *link) RecvInto(want *wire.Header, dst []byte) error {
 	want.Len = uint64(len(dst))
-	off := 0
-	return l.frame(want, func(p *piece) error {
-		if off+p.n > len(dst) {
-			return transport.PeerClosed(l.self, l.peer, "shared-memory frame longer than its header says")
-		}
-		d := dst[off : off+p.n]
-		off += p.n
-		if p.flags&modeSimple == 0 {
-			return l.llPayload(p, d, want)
-		}
-		copy(d, l.ring(p))
-		return nil
-	})
+	return l.frame(want, dst, nil)
 }
 
 func (l *link) RecvWith(want *wire.Header, use func(payload []byte)) error {
-	n := int(want.Len)
-	off := 0
-	return l.frame(want, func(p *piece) error {
-		whole := off == 0 && p.flags&modeMore == 0
-		if whole && p.flags&modeSimple != 0 {
-			use(l.ring(p)) // straight from the ring: no copy
-			return nil
-		}
-		if cap(l.scratch) < n {
-			l.scratch = make([]byte, n)
-		}
-		buf := l.scratch[:n]
-		if off+p.n > n {
-			return transport.PeerClosed(l.self, l.peer, "shared-memory frame longer than its header says")
-		}
-		if p.flags&modeSimple == 0 {
-			if err := l.llPayload(p, buf[off:off+p.n], want); err != nil {
-				return err
-			}
-		} else {
-			copy(buf[off:], l.ring(p))
-		}
-		off += p.n
-		if p.flags&modeMore == 0 {
-			use(buf)
-		}
-		return nil
-	})
+	return l.frame(want, nil, use)
 }
 
 // Pending reports whether the next frame's first word has arrived, or the

@@ -1,0 +1,58 @@
+package transport
+
+import (
+	"runtime"
+	"testing"
+	"time"
+)
+
+// ShareProcess raises GOMAXPROCS only while in-process links hold it, and
+// the last release puts back the value it found.
+func TestShareProcessGivesBackGOMAXPROCS(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	defer hostRanks.Store(hostRanks.Load())
+	hostRanks.Store(1)
+	runtime.GOMAXPROCS(1)
+	a, b := ShareProcess(), ShareProcess()
+	if got, want := runtime.GOMAXPROCS(0), 2*Cores(); got != want {
+		t.Fatalf("GOMAXPROCS %d with in-process links, want %d (twice the cores)", got, want)
+	}
+	a()
+	a() // a release counts once
+	if got := runtime.GOMAXPROCS(0); got != 2*Cores() {
+		t.Fatalf("GOMAXPROCS %d while a link still holds it, want %d", got, 2*Cores())
+	}
+	b()
+	if got := runtime.GOMAXPROCS(0); got != 1 {
+		t.Fatalf("GOMAXPROCS %d after the last release, want 1 (the value before)", got)
+	}
+}
+
+// A wait whose busy polls fail halves the busy phase of the next ones; a
+// probe (one wait in probeEvery) that succeeds while polling restores it.
+func TestBusyPhaseAdapts(t *testing.T) {
+	defer spinFor.Store(spinFor.Load())
+	defer hostRanks.Store(hostRanks.Load())
+	defer busyRounds.Store(busyRounds.Load())
+	spinFor.Store(int64(20 * time.Microsecond))
+	hostRanks.Store(1)
+	busyRounds.Store(maxBusyRounds)
+	waits.Store(0)
+	never := func() bool { return false }
+	for i, want := range []int32{maxBusyRounds / 2, maxBusyRounds / 4, maxBusyRounds / 8} {
+		if poll(never) {
+			t.Fatal("poll reported success for a condition that never held")
+		}
+		if got := busyRounds.Load(); got != want {
+			t.Fatalf("after %d failed waits: busy phase of %d rounds, want %d", i+1, got, want)
+		}
+	}
+	waits.Store(probeEvery - 1) // the next wait is a probe
+	n := 0
+	if !poll(func() bool { n++; return n > clockPolls+10 }) { // succeeds in the 2nd round, before any clock check
+		t.Fatal("the probe did not see its condition")
+	}
+	if got := busyRounds.Load(); got != maxBusyRounds {
+		t.Fatalf("after a probe that succeeded polling: busy phase of %d rounds, want %d", got, maxBusyRounds)
+	}
+}
