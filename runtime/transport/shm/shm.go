@@ -49,6 +49,7 @@ const (
 	descWords  = wHdr + wire.HeaderSize/4
 	modeSimple = 1
 	modeMore   = 2 // another piece of the same frame follows
+	modeCMA    = 4 // with modeSimple: wStart is the sender's address (cma.go)
 )
 
 // LLMax is the largest payload sent inside a slot (LL protocol); larger ones
@@ -70,6 +71,9 @@ type Options struct {
 	// Channels is how many FIFO pairs this end offers (at least 1); the
 	// pair gets the smaller of both ends' offers.
 	Channels int
+	// CMA offers single-copy reads of large frames (cma.go); the pair
+	// uses them when both ends offer them and the kernel allows them.
+	CMA bool
 }
 
 // mapping is what the cleanup of a forgotten link unmaps.
@@ -91,6 +95,8 @@ type pair struct {
 	ctrl       net.Conn
 	ctrlMu     sync.Mutex
 	opts       Options
+	peerPid    int
+	cma        bool             // large frames are read from the sender's memory (cma.go)
 	chans      []*link          // chans[0] is the link Connect returns
 	use        []transport.Link // the channels the communicator agreed to use (UseChannels)
 	useMin     int
@@ -113,6 +119,7 @@ type link struct {
 	dhead  uint64 // data-ring bytes allocated
 	dtail  uint64 // cached: data-ring bytes the peer has released
 	lent   piece  // the outstanding Lend, if lent.n > 0
+	refSeq uint64 // the last slot posted by address (cma.go)
 	// receiver side
 	rseq    uint64
 	scratch []byte
@@ -134,7 +141,7 @@ func Connect(ctrl net.Conn, self, peer, peerPid int, opts Options, deadline time
 	if err != nil {
 		return nil, err
 	}
-	pr := &pair{self: self, peer: peer, ctrl: ctrl, opts: opts, useMin: 1}
+	pr := &pair{self: self, peer: peer, peerPid: peerPid, ctrl: ctrl, opts: opts, useMin: 1}
 	maps := make([]*mapping, 0, nch)
 	for range nch {
 		recv, send, err := handshake(ctrl, peerPid, deadline)
@@ -147,6 +154,12 @@ func Connect(ctrl net.Conn, self, peer, peerPid int, opts Options, deadline time
 		m := &mapping{recv: recv, send: send}
 		maps = append(maps, m)
 		pr.chans = append(pr.chans, &link{pair: pr, mapping: m})
+	}
+	if pr.cma, err = agreeCMA(ctrl, peerPid, maps[0].recv, opts.CMA, deadline); err != nil {
+		for _, m := range maps {
+			m.unmap()
+		}
+		return nil, err
 	}
 	l := pr.chans[0]
 	pr.use = []transport.Link{l}
@@ -476,13 +489,16 @@ func (l *link) Send(h *wire.Header, data []byte) error {
 		l.post(&p, data)
 		return nil
 	}
+	if l.cma && len(data) >= CMAMin {
+		return l.sendCMA(h, data)
+	}
 	for off := 0; off < len(data); {
 		n := min(len(data)-off, MaxPiece)
 		p, buf, err := l.reserve(h, n)
 		if err != nil {
 			return err
 		}
-		copy(buf, data[off:off+n])
+		transport.CopyCached(buf, data[off:off+n])
 		off += n
 		p.hdr = *h
 		if off < len(data) {
@@ -495,7 +511,7 @@ func (l *link) Send(h *wire.Header, data []byte) error {
 
 // Lend returns the data-ring bytes the peer will read the next frame from.
 func (l *link) Lend(n int) ([]byte, bool, error) {
-	if n <= 0 || n > MaxPiece {
+	if n <= 0 || n > MaxPiece || l.cma && n >= CMAMin {
 		return nil, false, nil
 	}
 	if !l.enter() {
@@ -656,7 +672,10 @@ func (l *link) RecvInto(want *wire.Header, dst []byte) error {
 		}
 		d := dst[off : off+p.n]
 		off += p.n
-		if p.flags&modeSimple == 0 {
+		switch {
+		case p.flags&modeCMA != 0:
+			return l.pull(d, p.start)
+		case p.flags&modeSimple == 0:
 			return l.llPayload(p, d, want)
 		}
 		copy(d, l.ring(p))
@@ -669,7 +688,7 @@ func (l *link) RecvWith(want *wire.Header, use func(payload []byte)) error {
 	off := 0
 	return l.frame(want, func(p *piece) error {
 		whole := off == 0 && p.flags&modeMore == 0
-		if whole && p.flags&modeSimple != 0 {
+		if whole && p.flags&(modeSimple|modeCMA) == modeSimple {
 			use(l.ring(p)) // straight from the ring: no copy
 			return nil
 		}
@@ -680,11 +699,16 @@ func (l *link) RecvWith(want *wire.Header, use func(payload []byte)) error {
 		if off+p.n > n {
 			return transport.PeerClosed(l.self, l.peer, "shared-memory frame longer than its header says")
 		}
-		if p.flags&modeSimple == 0 {
+		switch {
+		case p.flags&modeCMA != 0:
+			if err := l.pull(buf[off:off+p.n], p.start); err != nil {
+				return err
+			}
+		case p.flags&modeSimple == 0:
 			if err := l.llPayload(p, buf[off:off+p.n], want); err != nil {
 				return err
 			}
-		} else {
+		default:
 			copy(buf[off:], l.ring(p))
 		}
 		off += p.n
