@@ -57,8 +57,12 @@ const (
 const LLMax = (llWords - descWords) * 4
 
 // MaxPiece is the largest payload one slot describes; larger frames are cut
-// into pieces, and the largest a Lend can return.
-const MaxPiece = dataBytes / 2
+// into pieces, and the largest a Lend can return. A rank may hold two lent
+// frames to a peer before it receives (prims.go), and a piece that would
+// cross the ring's end skips to its start, wasting up to a piece: three
+// pieces must fit, or both ends of a pair can wait in Lend for each other
+// (2 MiB chunks after a small ring frame did).
+const MaxPiece = dataBytes / 4
 
 // BufferedMax bounds Buffered: well inside both the slot FIFO and the ring.
 const BufferedMax = 64 << 10
