@@ -30,14 +30,15 @@ import (
 // and the pair uses it only when both reads succeed (and both ends allow
 // it), so both ends always agree.
 //
-// It is off unless GOCL_SHM_CMA=1: Send must keep its buffer until the
-// receiver has read it, so every large frame is a rendezvous, and the
-// sender cannot post chunk j+1 while the receiver still reads chunk j. On
-// the 2-core benchmark host that serialisation cost more than the copy
-// saved (allreduce 2-4x slower at 2 and 4 ranks, broadcast 2x): the FIFO's
-// two copies run on two cores at once and its slots stay in the shared
-// cache. Posting by reference with a flush at the end of the call would
-// lift that; it needs the algorithms to promise their buffers.
+// It is off unless GOCL_SHM_CMA=1. Send keeps its buffer until the
+// receiver has read it (prims instead posts on the caller's goroutine and
+// flushes at the end of the call, transport.Poster), and on the 2-core
+// benchmark host (a Linux 6.18 VM) the kernel's copy is the slower one:
+// process_vm_readv moved 2.4-3.3 GB/s against memcpy's 6-13 GB/s for the
+// same pieces (64 KiB to 4 MiB), paying page pinning and a page-table walk
+// per 4 KiB page. allreduce ran 2x slower at 2 ranks and 2-3x at 4; the
+// FIFO's two copies run on two cores at once and its slots stay in the
+// shared cache.
 
 // CMAMin is the smallest frame read from the sender's memory. Below it the
 // data ring wins: a frame up to BufferedMax must never wait for its
