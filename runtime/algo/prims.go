@@ -1,6 +1,8 @@
 package algo
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 
 	"gocl/kernels"
@@ -28,7 +30,10 @@ import (
 //     produced in the order the peer consumes them, and every algorithm
 //     sends at most one frame to a peer before it receives the frame that
 //     frees the next (chunk by chunk), so a Lender buffering two frames
-//     (NCCL keeps eight) can never close a cycle of waits.
+//     (NCCL keeps eight) can never close a cycle of waits. A frame the link
+//     will not lend but takes by reference (transport.Poster: the peer
+//     reads it from this rank's memory, and wait flushes it before the
+//     call returns) is posted on the caller's goroutine too, in order.
 //   - queued: the frame is built in local memory and handed to the call's
 //     sender goroutine (or sent inline when the link buffers it anyway), so
 //     a rank receives step s+1 while step s is still going out. The sender
@@ -60,8 +65,10 @@ type prims struct {
 	closed  bool
 	wake    chan struct{} // nil until the sender goroutine starts
 	done    chan error
-	inlined error       // first error of a frame sent on the caller's goroutine
-	pending map[int]int // bytes sent inline to each peer during this call
+	inlined error              // first error of a frame sent on the caller's goroutine
+	pending map[int]int        // bytes sent inline to each peer during this call
+	posted  []transport.Poster // links that took a frame by reference from the caller, flushed by wait
+	qposted []transport.Poster // the same, from the sender goroutine, flushed by it
 }
 
 // run executes body with the call's primitives. On any error it fails the
@@ -84,7 +91,8 @@ func (c *Ctx) run(body func(p *prims) error) error {
 // ---- sending
 
 // produce sends a frame of n bytes to peer that fill writes: into the peer's
-// lent slot when it has one, else into tmp, which is then queued.
+// lent slot when it has one, else into tmp, which is then posted by
+// reference or queued.
 func (p *prims) produce(peer, step, n int, fill func(out []byte) error, tmp []byte) error {
 	if n == 0 {
 		return nil
@@ -102,12 +110,25 @@ func (p *prims) produce(peer, step, n int, fill func(out []byte) error, tmp []by
 				}
 				return l.Commit(p.c.hdr(step))
 			}
-			if p.mode[peer] == lent { // too big to lend: send inline, keeping the order
-				if err := fill(tmp); err != nil {
-					return err
-				}
-				return p.c.Links[peer].Send(p.c.hdr(step), tmp)
+		}
+		if ps, ok := p.c.Links[peer].(transport.Poster); ok {
+			if err := fill(tmp); err != nil {
+				return err
 			}
+			posted, err := ps.Post(p.c.hdr(step), tmp[:n])
+			if posted {
+				p.mode[peer] = lent
+				if !slices.Contains(p.posted, ps) {
+					p.posted = append(p.posted, ps)
+				}
+				return err
+			}
+			// Queued from now on (earlier frames are posted already, so the
+			// order holds); never sent inline, since a link may hold a frame
+			// it did not lend until its peer has read it.
+			p.mode[peer] = queued
+			p.enqueue(peer, step, tmp)
+			return nil
 		}
 		p.mode[peer] = queued
 	}
@@ -128,7 +149,7 @@ func (p *prims) send(peer, step int, src []byte) error {
 	}
 	return p.produce(peer, step, len(src), func(out []byte) error {
 		if !same(out, src) {
-			copy(out, src)
+			transport.CopyCached(out, src)
 		}
 		return nil
 	}, src)
@@ -163,6 +184,11 @@ func (p *prims) recvReduceCopy(red *kernels.Reducer, peer, step int, dst, local 
 	}
 	h := p.c.hdr(step)
 	h.Len = uint64(len(dst))
+	if s, ok := p.c.Links[peer].(transport.Streamer); ok {
+		return s.RecvPieces(h, func(off int, pl []byte) {
+			red.Accumulate(dst[off:off+len(pl)], pl, local[off:off+len(pl)])
+		})
+	}
 	return p.c.Links[peer].RecvWith(h, func(pl []byte) { red.Accumulate(dst, pl, local) })
 }
 
@@ -197,7 +223,7 @@ func (p *prims) recvCopySend(from, to, step int, dst []byte) error {
 		h := p.c.hdr(step)
 		h.Len = uint64(len(dst))
 		return p.c.Links[from].RecvWith(h, func(pl []byte) {
-			copy(out, pl)
+			transport.CopyCached(out, pl)
 			copy(dst, pl)
 		})
 	}, dst)
@@ -247,11 +273,16 @@ func (p *prims) loop() {
 		p.mu.Unlock()
 		for _, r := range batch {
 			if err == nil {
-				err = p.c.Links[r.peer].Send(p.c.hdr(r.step), r.data)
+				err = p.sendQueued(r)
 			}
 		}
 		if len(batch) == 0 {
 			if closed {
+				for _, l := range p.qposted {
+					if ferr := l.Flush(); err == nil {
+						err = ferr
+					}
+				}
 				return
 			}
 			<-p.wake
@@ -259,10 +290,34 @@ func (p *prims) loop() {
 	}
 }
 
-// wait closes the queue and returns the first send error.
+// sendQueued sends one queued frame: by reference where the link takes it
+// (transport.Poster; the buffers of a call stay put until the call ends, and
+// the loop flushes those links before it does), else with Send.
+func (p *prims) sendQueued(r sendReq) error {
+	l := p.c.Links[r.peer]
+	if ps, ok := l.(transport.Poster); ok {
+		posted, err := ps.Post(p.c.hdr(r.step), r.data)
+		if posted {
+			if !slices.Contains(p.qposted, ps) {
+				p.qposted = append(p.qposted, ps)
+			}
+			return err
+		}
+	}
+	return l.Send(p.c.hdr(r.step), r.data)
+}
+
+// wait flushes the frames posted by reference, closes the queue and returns
+// the first send error.
 func (p *prims) wait() error {
+	var ferr error
+	for _, l := range p.posted {
+		if err := l.Flush(); ferr == nil {
+			ferr = err
+		}
+	}
 	if p.wake == nil {
-		return p.inlined
+		return cmp.Or(p.inlined, ferr)
 	}
 	p.mu.Lock()
 	p.closed = true
@@ -272,8 +327,5 @@ func (p *prims) wait() error {
 	default:
 	}
 	err := <-p.done
-	if p.inlined != nil {
-		return p.inlined
-	}
-	return err
+	return cmp.Or(p.inlined, err, ferr)
 }

@@ -48,7 +48,7 @@ var connectors = []connector{
 	{name: "shm", tcp: true, fallible: true, can: func(a, b *bootstrap.PeerInfo) bool { return a.Shm != "" && a.Shm == b.Shm },
 		connect: func(c *Comm, p int, conns []net.Conn, deadline time.Time) (transport.Link, error) {
 			l, err := shm.Connect(conns[0], c.rank, p, c.peers[p].Pid,
-				shm.Options{Channels: c.maxChannels()}, deadline)
+				shm.Options{Channels: c.maxChannels(), CMA: config.Bool("SHM_CMA")}, deadline)
 			if err == nil {
 				for _, x := range conns[1:] { // the first one stays, as the link's control channel
 					x.Close()

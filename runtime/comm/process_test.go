@@ -98,14 +98,19 @@ func TestProcessesMatrix(t *testing.T) {
 }
 
 // Frames larger than the shm data ring (8 MiB chunks) are cut into pieces;
-// 20 MiB over 3 processes, and a mixed set of transports.
+// 20 MiB over 3 processes, and a mixed set of transports; and the same
+// frames read from the sender's memory (shm+cma: GOCL_SHM_CMA=1).
 func TestProcessesLargeAllReduce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("moves 20 MiB per rank")
 	}
-	for _, via := range []string{"shm", "mixed"} {
+	for _, via := range []string{"shm", "shm+cma", "mixed"} {
 		t.Run(via, func(t *testing.T) {
-			outs, errs := spawn(t, 3, "large", "GOCL_BUFFSIZE=8388608", "GOCL_TEST_VIA="+via)
+			cma := "GOCL_SHM_CMA=0"
+			if via == "shm+cma" {
+				via, cma = "shm", "GOCL_SHM_CMA=1"
+			}
+			outs, errs := spawn(t, 3, "large", "GOCL_BUFFSIZE=8388608", "GOCL_TEST_VIA="+via, cma)
 			for r := range outs {
 				if errs[r] != nil {
 					t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r])

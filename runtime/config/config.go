@@ -46,6 +46,7 @@ var table = []Var{
 	{"NSOCKS_PERTHREAD", "2", ReadInit, "sockets per thread; a message of 256 KiB or more is striped over all sockets of a peer"},
 	{"P2P_DISABLE", "0", ReadInit, "1: ranks of one process talk over shared memory (or sockets, with SHM_DISABLE) instead of reading each other's memory"},
 	{"SHM_DISABLE", "0", ReadInit, "1: ranks of one host talk over TCP sockets instead of shared memory (both ends publish it at init, so one rank setting it is enough for its pairs)"},
+	{"SHM_CMA", "0", ReadInit, "1: frames of 128 KiB or more between processes of one host are read straight from the sender's memory with process_vm_readv (one copy instead of two through the shared-memory FIFO; used where both ends set it and the kernel permits it). Off by default: each such frame is a rendezvous, and on the 2-core benchmark host that made allreduce 2-4x slower"},
 	{"IB_DISABLE", "1", ReadNever, "accepted for NCCL compatibility; gocl has no InfiniBand transport"},
 	{"BUFFSIZE", "1048576", ReadInit, "bytes per pipelined chunk of ring algorithms"},
 	{"ALGO", "", ReadInit, "algorithms the tuner may pick, NCCL's syntax: a comma list of ring, tree, direct, halvingdoubling, ^ first to exclude, per collective as \"ring;allreduce:tree,ring;broadcast:^tree\" (unset: the cost model picks per call; GOCL_DEBUG=INFO GOCL_DEBUG_SUBSYS=TUNING prints its table)"},

@@ -20,6 +20,30 @@ type Lender interface {
 	Commit(h *wire.Header) error
 }
 
+// Streamer is a Link that can hand a frame's payload over in pieces, each
+// where it lies (a FIFO slot, or a cache-sized buffer that a single-copy
+// read has just filled), so a reduction consumes a large frame without
+// first gathering it into one buffer.
+type Streamer interface {
+	// RecvPieces receives the frame want describes (want.Len set), calling
+	// use(off, piece) for consecutive pieces that cover it in order. Every
+	// piece but the last is a multiple of 64 bytes (whole elements of every
+	// type); piece is valid only during the call.
+	RecvPieces(want *wire.Header, use func(off int, piece []byte)) error
+}
+
+// Poster is a Link that can send a large frame by reference: the peer reads
+// it from the sender's memory (shm's cross-memory attach), so the frame's
+// bytes must stay unchanged, and in place, until Flush returns.
+type Poster interface {
+	// Post sends data as one frame if the link takes it by reference
+	// (posted true) and returns without waiting for the peer to read it;
+	// posted false: the link did not take it, use Send.
+	Post(h *wire.Header, data []byte) (posted bool, err error)
+	// Flush waits until the peer has read every frame posted so far.
+	Flush() error
+}
+
 // Prober is a Link that can tell, without blocking, whether a frame from the
 // peer is waiting to be received (receives from any source poll it).
 type Prober interface {

@@ -49,6 +49,7 @@ const (
 	descWords  = wHdr + wire.HeaderSize/4
 	modeSimple = 1
 	modeMore   = 2 // another piece of the same frame follows
+	modeCMA    = 4 // with modeSimple: wStart is the sender's address (cma.go)
 )
 
 // LLMax is the largest payload sent inside a slot (LL protocol); larger ones
@@ -56,8 +57,12 @@ const (
 const LLMax = (llWords - descWords) * 4
 
 // MaxPiece is the largest payload one slot describes; larger frames are cut
-// into pieces, and the largest a Lend can return.
-const MaxPiece = dataBytes / 2
+// into pieces, and the largest a Lend can return. A rank may hold two lent
+// frames to a peer before it receives (prims.go), and a piece that would
+// cross the ring's end skips to its start, wasting up to a piece: three
+// pieces must fit, or both ends of a pair can wait in Lend for each other
+// (2 MiB chunks after a small ring frame did).
+const MaxPiece = dataBytes / 4
 
 // BufferedMax bounds Buffered: well inside both the slot FIFO and the ring.
 const BufferedMax = 64 << 10
@@ -67,6 +72,9 @@ type Options struct {
 	// Channels is how many FIFO pairs this end offers (at least 1); the
 	// pair gets the smaller of both ends' offers.
 	Channels int
+	// CMA offers single-copy reads of large frames (cma.go); the pair
+	// uses them when both ends offer them and the kernel allows them.
+	CMA bool
 }
 
 // mapping is what the cleanup of a forgotten link unmaps.
@@ -88,6 +96,8 @@ type pair struct {
 	ctrl       net.Conn
 	ctrlMu     sync.Mutex
 	opts       Options
+	peerPid    int
+	cma        bool             // large frames are read from the sender's memory (cma.go)
 	chans      []*link          // chans[0] is the link Connect returns
 	use        []transport.Link // the channels the communicator agreed to use (UseChannels)
 	useMin     int
@@ -110,6 +120,7 @@ type link struct {
 	dhead  uint64 // data-ring bytes allocated
 	dtail  uint64 // cached: data-ring bytes the peer has released
 	lent   piece  // the outstanding Lend, if lent.n > 0
+	refSeq uint64 // the last slot posted by address (cma.go)
 	// receiver side
 	rseq    uint64
 	scratch []byte
@@ -131,7 +142,7 @@ func Connect(ctrl net.Conn, self, peer, peerPid int, opts Options, deadline time
 	if err != nil {
 		return nil, err
 	}
-	pr := &pair{self: self, peer: peer, ctrl: ctrl, opts: opts, useMin: 1}
+	pr := &pair{self: self, peer: peer, peerPid: peerPid, ctrl: ctrl, opts: opts, useMin: 1}
 	maps := make([]*mapping, 0, nch)
 	for range nch {
 		recv, send, err := handshake(ctrl, peerPid, deadline)
@@ -144,6 +155,12 @@ func Connect(ctrl net.Conn, self, peer, peerPid int, opts Options, deadline time
 		m := &mapping{recv: recv, send: send}
 		maps = append(maps, m)
 		pr.chans = append(pr.chans, &link{pair: pr, mapping: m})
+	}
+	if pr.cma, err = agreeCMA(ctrl, peerPid, maps[0].recv, opts.CMA, deadline); err != nil {
+		for _, m := range maps {
+			m.unmap()
+		}
+		return nil, err
 	}
 	l := pr.chans[0]
 	pr.use = []transport.Link{l}
@@ -496,13 +513,16 @@ func (l *link) Send(h *wire.Header, data []byte) error {
 		l.post(&p, data)
 		return nil
 	}
+	if l.cma && len(data) >= CMAMin {
+		return l.sendCMA(h, data)
+	}
 	for off := 0; off < len(data); {
 		n := min(len(data)-off, MaxPiece)
 		p, buf, err := l.reserve(h, n)
 		if err != nil {
 			return err
 		}
-		copy(buf, data[off:off+n])
+		transport.CopyCached(buf, data[off:off+n])
 		off += n
 		p.hdr = *h
 		if off < len(data) {
@@ -515,7 +535,7 @@ func (l *link) Send(h *wire.Header, data []byte) error {
 
 // Lend returns the data-ring bytes the peer will read the next frame from.
 func (l *link) Lend(n int) ([]byte, bool, error) {
-	if n <= 0 || n > MaxPiece {
+	if n <= 0 || n > MaxPiece || l.cma && n >= CMAMin {
 		return nil, false, nil
 	}
 	if !l.enter() {
@@ -639,7 +659,10 @@ func (l *link) release(p *piece) {
 // when use is nil (RecvInto), else handing the payload to use (RecvWith),
 // straight from the data ring when the frame is one Simple piece. No
 // closure and nothing escapes: a small receive allocates nothing.
-func (l *link) frame(want *wire.Header, dst []byte, use func(payload []byte)) error {
+// frame receives the frame want describes into dst, or whole to use, or a
+// piece at a time to pieces (RecvPieces): exactly one of them is set. No
+// closure, so the small path allocates nothing.
+func (l *link) frame(want *wire.Header, dst []byte, use func(payload []byte), pieces func(off int, piece []byte)) error {
 	if !l.enter() {
 		return transport.Aborted(l.self, l.peer)
 	}
@@ -665,7 +688,11 @@ func (l *link) frame(want *wire.Header, dst []byte, use func(payload []byte)) er
 		}
 		last := p.flags&modeMore == 0
 		switch {
-		case use != nil && first && last && p.flags&modeSimple != 0:
+		case pieces != nil:
+			if err := l.givePiece(&p, want, off, pieces); err != nil {
+				return err
+			}
+		case use != nil && first && last && p.flags&(modeSimple|modeCMA) == modeSimple:
 			use(l.ring(&p)) // straight from the ring: no copy
 		default:
 			buf := dst
@@ -675,18 +702,24 @@ func (l *link) frame(want *wire.Header, dst []byte, use func(payload []byte)) er
 				}
 				buf = l.scratch[:n]
 			}
-			if p.flags&modeSimple == 0 {
-				if err := l.llPayload(&p, buf[off:off+p.n], want); err != nil {
+			d := buf[off : off+p.n]
+			switch {
+			case p.flags&modeCMA != 0:
+				if err := l.pull(d, p.start); err != nil {
 					return err
 				}
-			} else {
-				copy(buf[off:], l.ring(&p))
+			case p.flags&modeSimple == 0:
+				if err := l.llPayload(&p, d, want); err != nil {
+					return err
+				}
+			default:
+				copy(d, l.ring(&p))
 			}
-			off += p.n
 			if use != nil && last {
 				use(buf)
 			}
 		}
+		off += p.n
 		transport.RaceAcquire()
 		l.release(&p)
 		if last {
@@ -697,11 +730,11 @@ func (l *link) frame(want *wire.Header, dst []byte, use func(payload []byte)) er
 
 func (l *link) RecvInto(want *wire.Header, dst []byte) error {
 	want.Len = uint64(len(dst))
-	return l.frame(want, dst, nil)
+	return l.frame(want, dst, nil, nil)
 }
 
 func (l *link) RecvWith(want *wire.Header, use func(payload []byte)) error {
-	return l.frame(want, nil, use)
+	return l.frame(want, nil, use, nil)
 }
 
 // Pending reports whether the next frame's first word has arrived, or the

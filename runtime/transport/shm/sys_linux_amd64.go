@@ -1,3 +1,5 @@
 package shm
 
 const sysMemfdCreate = 319
+
+const sysProcessVMReadv = 310

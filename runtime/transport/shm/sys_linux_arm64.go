@@ -1,3 +1,5 @@
 package shm
 
 const sysMemfdCreate = 279
+
+const sysProcessVMReadv = 270
