@@ -156,3 +156,108 @@ func TestInlineCallerHandsOff(t *testing.T) {
 		}
 	}
 }
+
+// Every collective, with inputs that fit the order round (settled from the
+// gathered inputs) and inputs that do not (run as a collective), on 3
+// ranks, against values computed here.
+func TestEveryKindSettledAndRun(t *testing.T) {
+	const n = 3
+	h, err := newWorld(nil, 1, 0, n, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { takeWorld(h).close(false) }()
+	val := func(r, i int) int32 { return int32((i*7+r*3)%5 + 1) }
+	site := int64(0)
+	for _, elems := range []int{3 * n, n * (inlineBytes/4/n + 1)} { // 4-byte elements: inline, then not
+		for _, c := range []struct {
+			kind    wire.Coll
+			op      kernels.RedOp
+			in, out int // elements per rank
+			want    func(me, i int) int32
+		}{
+			{wire.AllReduce, kernels.Sum, elems, elems, func(me, i int) int32 { return val(0, i) + val(1, i) + val(2, i) }},
+			{wire.AllReduce, kernels.Max, elems, elems, func(me, i int) int32 { return max(val(0, i), val(1, i), val(2, i)) }},
+			{wire.AllReduce, kernels.Avg, elems, elems, func(me, i int) int32 { return (val(0, i) + val(1, i) + val(2, i)) / n }},
+			{wire.ReduceScatter, kernels.Prod, elems, elems / n, func(me, i int) int32 {
+				j := me*(elems/n) + i
+				return val(0, j) * val(1, j) * val(2, j)
+			}},
+			{wire.AllGather, 0, elems, n * elems, func(me, i int) int32 { return val(i/elems, i%elems) }},
+			{wire.Broadcast, 0, elems, elems, func(me, i int) int32 { return val(1, i) }},
+			{wire.AlltoAll, 0, elems, elems, func(me, i int) int32 { b := elems / n; return val(i/b, me*b+i%b) }},
+			{wire.SendRecv, 0, elems, elems, func(me, i int) int32 {
+				if me == 2 {
+					return 0 // nobody sends to rank 2
+				}
+				return val((me+2)%n, i)
+			}},
+		} {
+			site++
+			var wg sync.WaitGroup
+			for r := range n {
+				in := make([]int32, c.in)
+				for i := range in {
+					in[i] = val(r, i)
+				}
+				out := make([]int32, c.out)
+				req := request{kind: int(c.kind), send: unsafe.Pointer(&in[0]), recv: unsafe.Pointer(&out[0]), nsend: c.in, nrecv: c.out,
+					dtype: int(kernels.Int32), op: int(c.op), root: 1, perm: []int64{2, 0, 0, 1}} // ppermute: 2->0, 0->1
+				if c.kind != wire.AllReduce && c.kind != wire.ReduceScatter {
+					req.dtype, req.nsend, req.nrecv = int(kernels.Uint8), 4*c.in, 4*c.out // data movement: bytes
+				}
+				wg.Add(1)
+				check := func(e error) {
+					defer wg.Done()
+					if e != nil {
+						t.Errorf("%s %d elements rank %d: %v", kindName(int(c.kind)), elems, r, e)
+						return
+					}
+					for i, v := range out {
+						if w := c.want(r, i); v != w {
+							t.Errorf("%s op %d, %d elements, rank %d: [%d] = %d, want %d", kindName(int(c.kind)), c.op, elems, r, i, v, w)
+							return
+						}
+					}
+				}
+				go func() {
+					if ran, err := submit(h, r, site, req, func() func(error) { return check }); ran {
+						check(err)
+					}
+				}()
+			}
+			wg.Wait()
+		}
+	}
+}
+
+// Ranks making the same call site with different arguments (different
+// programs traced) get an error naming both on every rank, not a hang.
+func TestMismatchedCallFailsEveryRank(t *testing.T) {
+	h, err := newWorld(nil, 1, 0, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { takeWorld(h).close(true) }()
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for r := range 2 {
+		buf := make([]float32, 8)
+		req := request{kind: int(wire.AllReduce), send: unsafe.Pointer(&buf[0]), recv: unsafe.Pointer(&buf[0]),
+			nsend: 2 + 2*r, nrecv: 2 + 2*r, dtype: int(kernels.Float32)}
+		wg.Add(1)
+		go func() {
+			done := func(e error) { errs[r] = e; wg.Done() }
+			if ran, err := submit(h, r, 7, req, func() func(error) { return done }); ran {
+				done(err)
+			}
+		}()
+	}
+	wg.Wait()
+	for r, e := range errs {
+		if e == nil || !strings.Contains(e.Error(), "ranks disagree on collective call site 7") ||
+			!strings.Contains(e.Error(), "rank 0 runs all_reduce of 2 elements of float32") || !strings.Contains(e.Error(), "rank 1 runs all_reduce of 4 elements") {
+			t.Errorf("rank %d: %v", r, e)
+		}
+	}
+}
