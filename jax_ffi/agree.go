@@ -106,6 +106,7 @@ func (l *lane) agree() (settled *call, settledErr error, batch []tag, err error)
 	if c != p.first {
 		return nil, nil, nil, status.Errorf(status.InternalError, "gocl.jax on rank %d: internal error (a gocl bug, please report it): the proposed call left the queue during the order round", me)
 	}
+	l.settled.Add(1)
 	return c, c.r.settle(l.round, me, n), batch[1:], nil
 }
 

@@ -3,6 +3,7 @@ package jaxffi
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -269,8 +270,9 @@ type lane struct {
 	order   []tag // arrival order: rank 0 runs the oldest first
 	count   map[int64]uint64
 	owner   owner
-	rest    []tag  // named calls the goroutine runs before asking rank 0 again
-	round   []byte // the order round's blocks (agree.go), used by the owner only
+	rest    []tag         // named calls the goroutine runs before asking rank 0 again
+	round   []byte        // the order round's blocks (agree.go), used by the owner only
+	settled atomic.Uint64 // calls the order round settled (tests check the common path takes it)
 	stopped error
 	wake    chan struct{} // a call arrived, the goroutine was handed the lane, or stop was called
 	done    chan struct{} // the goroutine has exited

@@ -261,3 +261,41 @@ func TestMismatchedCallFailsEveryRank(t *testing.T) {
 		}
 	}
 }
+
+// One collective at a time, every rank reaching it (a training loop): each
+// call is settled by the order round alone, with no collective of its own.
+func TestOneAtATimeIsSettledByTheRound(t *testing.T) {
+	const n, calls = 2, 50
+	h, err := newWorld(nil, 1, 0, n, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { takeWorld(h).close(false) }()
+	worldsMu.Lock()
+	w := worlds[h]
+	worldsMu.Unlock()
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range calls {
+				in, out := []float64{float64(r + k)}, []float64{0}
+				done := make(chan error, 1)
+				req := request{kind: int(wire.AllReduce), send: unsafe.Pointer(&in[0]), recv: unsafe.Pointer(&out[0]), nsend: 1, nrecv: 1, dtype: int(kernels.Float64)}
+				if ran, err := submit(h, r, 1, req, func() func(error) { return func(e error) { done <- e } }); ran {
+					done <- err
+				}
+				if err := <-done; err != nil || out[0] != float64(2*k+1) {
+					t.Errorf("rank %d call %d: %v, got %g", r, k, err, out[0])
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for r, l := range w.lanes {
+		if got := l.settled.Load(); got != calls {
+			t.Errorf("rank %d: the round settled %d of %d calls", r, got, calls)
+		}
+	}
+}
