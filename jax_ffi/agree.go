@@ -16,7 +16,7 @@ import (
 // ranks all-gather their blocks: every rank then runs rank 0's list, in that
 // order, so all agree without knowing anything about the programs. Each
 // block also carries the signature of its first call and, when that call's
-// input fits (inlineBytes), the input itself: when every rank proposes the
+// input fits (inlineLimit), the input itself: when every rank proposes the
 // same first call, the round has already moved its data and each rank
 // computes that call's result from the gathered inputs, with no collective
 // of its own. That is the common case (one collective at a time, every rank
@@ -27,13 +27,20 @@ import (
 // The same call with different arguments on two ranks (ranks tracing
 // different programs) is an error on every rank, since all see all blocks.
 const (
-	inlineBytes = 1024
-	sigWords    = 7 // kind, dtype, op, root, nsend, nrecv, len(perm)
-	tagsOff     = 8
-	sigOff      = tagsOff + maxBatch*16
-	payloadOff  = sigOff + sigWords*8
-	blockBytes  = payloadOff + inlineBytes
+	sigWords   = 7 // kind, dtype, op, root, nsend, nrecv, len(perm)
+	tagsOff    = 8
+	sigOff     = tagsOff + maxBatch*16
+	payloadOff = sigOff + sigWords*8
 )
+
+// inlineLimit is the largest input the round carries in a world of n ranks:
+// up to 16 KiB a rank (measured on shared memory, 2 and 3 ranks: an
+// all-gather of 17 KiB blocks costs about what one of 1.6 KiB does, half
+// an order message plus the collective), at most 64 KiB in all, since every
+// round, also a large call's, moves n blocks.
+func inlineLimit(n int) int { return min(16<<10, max(1<<10, (64<<10)/n)) }
+
+func blockBytes(n int) int { return payloadOff + inlineLimit(n) }
 
 // proposal is what this rank put into the round.
 type proposal struct {
@@ -56,11 +63,12 @@ func (l *lane) agree() (settled *call, settledErr error, batch []tag, err error)
 	if n == 1 {
 		return nil, nil, mine, nil
 	}
-	if len(l.round) != n*blockBytes {
-		l.round = make([]byte, n*blockBytes)
+	bb, limit := blockBytes(n), inlineLimit(n)
+	if len(l.round) != n*bb {
+		l.round = make([]byte, n*bb)
 	}
 	me := l.c.Rank()
-	blk := l.round[me*blockBytes : (me+1)*blockBytes]
+	blk := l.round[me*bb : (me+1)*bb]
 	clear(blk[:payloadOff])
 	putTags(blk, mine)
 	if p.first != nil {
@@ -68,24 +76,24 @@ func (l *lane) agree() (settled *call, settledErr error, batch []tag, err error)
 		for i, v := range sig {
 			binary.LittleEndian.PutUint64(blk[sigOff+8*i:], uint64(v))
 		}
-		if b := p.first.r.inputBytes(); b <= inlineBytes {
+		if b := p.first.r.inputBytes(); b <= limit {
 			copy(blk[payloadOff:], unsafe.Slice((*byte)(p.first.r.send), b))
 		}
 	}
 	buf := unsafe.Pointer(&l.round[0])
-	if err := l.c.Run(nil, comm.Op{Coll: wire.AllGather, Send: unsafe.Pointer(&blk[0]), Recv: buf, Count: blockBytes, Type: kernels.Uint8}); err != nil {
+	if err := l.c.Run(nil, comm.Op{Coll: wire.AllGather, Send: unsafe.Pointer(&blk[0]), Recv: buf, Count: bb, Type: kernels.Uint8}); err != nil {
 		return nil, nil, nil, firstCause(l.c, err)
 	}
-	batch = getTags(l.round[:blockBytes])
+	batch = getTags(l.round[:bb])
 	if len(batch) == 0 {
 		return nil, nil, nil, nil
 	}
 	// Every rank holding rank 0's first call must hold it with the same
 	// arguments; all ranks see the same blocks, so all fail alike.
-	want := sigOf(l.round[:blockBytes])
+	want := sigOf(l.round[:bb])
 	same := true
 	for r := 1; r < n; r++ {
-		b := l.round[r*blockBytes : (r+1)*blockBytes]
+		b := l.round[r*bb : (r+1)*bb]
 		t := getTags(b)
 		if len(t) == 0 || t[0] != batch[0] {
 			same = false
@@ -99,7 +107,7 @@ func (l *lane) agree() (settled *call, settledErr error, batch []tag, err error)
 			return nil, nil, nil, err
 		}
 	}
-	if !same || p.first == nil || p.tag != batch[0] || p.first.r.inputBytes() > inlineBytes {
+	if !same || p.first == nil || p.tag != batch[0] || p.first.r.inputBytes() > limit {
 		return nil, nil, batch, nil
 	}
 	c := l.tryTake(p.tag)
@@ -157,7 +165,7 @@ func (r *request) settle(round []byte, me, n int) (err error) {
 	defer status.Catch(&err)
 	es := kernels.DataType(r.dtype).Size()
 	in := func(q int) []byte {
-		off := q*blockBytes + payloadOff
+		off := q*blockBytes(n) + payloadOff
 		return round[off : off+r.nsend*es]
 	}
 	out := unsafe.Slice((*byte)(r.recv), r.nrecv*es)

@@ -169,7 +169,7 @@ func TestEveryKindSettledAndRun(t *testing.T) {
 	defer func() { takeWorld(h).close(false) }()
 	val := func(r, i int) int32 { return int32((i*7+r*3)%5 + 1) }
 	site := int64(0)
-	for _, elems := range []int{3 * n, n * (inlineBytes/4/n + 1)} { // 4-byte elements: inline, then not
+	for _, elems := range []int{3 * n, n * (inlineLimit(n)/4/n + 1)} { // 4-byte elements: inline, then not
 		for _, c := range []struct {
 			kind    wire.Coll
 			op      kernels.RedOp
