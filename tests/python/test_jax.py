@@ -80,6 +80,7 @@ def test_two_processes():
     _check_in_place_all_reduce()
     _check_gradients_and_vmap()
     _check_data_parallel_training_equals_full_batch()
+    _check_programs_traced_in_rank_dependent_orders()
     _check_programs_dispatched_from_threads()
     _check_ranks_running_different_programs_fail_everywhere()  # last: it breaks the world
 
@@ -231,13 +232,25 @@ def _check_data_parallel_training_equals_full_batch():
     assert float(loss(pd, X, Y)) < float(loss(p0, X, Y)) / 4
 
 
+def _check_programs_traced_in_rank_dependent_orders():
+    """The ranks trace two programs in opposite orders before running them:
+    call sites are keyed by their line of code, not numbered in trace order
+    (numbered, the ranks would wait for different calls)."""
+    r, n = gj.process_rank(), gj.world_size()
+    a = jax.jit(lambda v: gj.all_reduce(v, op="max"))
+    b = jax.jit(lambda v: gj.all_gather(v * 2))
+    x = jnp.arange(3.0) + r
+    for f in ([a, b] if r == 0 else [b, a]):
+        f.lower(x)  # traces: the run below reuses it
+    np.testing.assert_array_equal(np.asarray(a(x)), np.arange(3.0) + n - 1)
+    np.testing.assert_array_equal(np.asarray(b(x)), 2 * np.stack([np.arange(3.0) + q for q in range(n)]))
+
+
 def _check_programs_dispatched_from_threads():
     """Three jitted programs, each run in a loop by its own thread, started
     in a rank-dependent order with rank-dependent pauses: their collectives
     reach the ranks in different orders (small ones settled by the order
-    round, a large one run as a collective) and must still pair up. The
-    programs are traced first, in the same order on every rank: call sites
-    are numbered when a program is traced."""
+    round, a large one run as a collective) and must still pair up."""
     import threading
 
     r, n = gj.process_rank(), gj.world_size()
@@ -247,8 +260,6 @@ def _check_programs_dispatched_from_threads():
         "gather": (jax.jit(lambda v: gj.all_gather(v + 1)), jnp.full(2, float(r)), np.repeat(np.arange(1.0, n + 1), 2).reshape(n, 2)),
         "big": (jax.jit(lambda v: gj.all_reduce(v, op="max")), jnp.full(1 << 14, float(r)), np.full(1 << 14, n - 1.0)),
     }
-    for f, x, want in progs.values():
-        np.testing.assert_array_equal(np.asarray(f(x)), want)
     errors = []
 
     def loop(name, k):
