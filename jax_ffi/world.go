@@ -359,17 +359,21 @@ func (l *lane) runInline(mine *call, later func() func(error)) (ran bool, res er
 		}
 	}()
 	for !ran {
-		settled, out, batch, err := l.agree()
+		settled, outs, batch, err := l.agree()
+		for i, c := range settled {
+			if c == mine {
+				ran, res = true, outs[i]
+			} else {
+				go c.done(outs[i])
+			}
+		}
 		if err != nil {
-			ran, res = true, err
+			if !ran {
+				ran, res = true, err
+			}
 			l.fail(mine, err)
 			handOff(nil)
 			return ran, res
-		}
-		if settled == mine {
-			ran, res = true, out
-		} else if settled != nil {
-			go settled.done(out)
 		}
 		for i, t := range batch {
 			c := l.tryTake(t)
@@ -462,13 +466,14 @@ func (l *lane) loop() {
 func (l *lane) step(batch []tag) (err error) {
 	defer status.Catch(&err)
 	if len(batch) == 0 {
-		var settled *call
-		var out error
-		if settled, out, batch, err = l.agree(); err != nil {
-			return err
+		var settled []*call
+		var outs []error
+		settled, outs, batch, err = l.agree()
+		for i, c := range settled {
+			go c.done(outs[i])
 		}
-		if settled != nil {
-			go settled.done(out)
+		if err != nil {
+			return err
 		}
 	}
 	for _, t := range batch {

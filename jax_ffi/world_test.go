@@ -299,3 +299,98 @@ func TestOneAtATimeIsSettledByTheRound(t *testing.T) {
 		}
 	}
 }
+
+// One order round settles the calls every rank proposed in the same leading
+// positions, inputs carried, and names the rest in rank 0's order.
+func TestRoundSettlesTheCommonPrefix(t *testing.T) {
+	const n = 3
+	h, err := newWorld(nil, 1, 0, n, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { takeWorld(h).close(false) }()
+	worldsMu.Lock()
+	w := worlds[h]
+	worldsMu.Unlock()
+	small, large := 4, inlineLimit(n) // float32 elements: D's input does not fit
+	for _, c := range []struct {
+		name   string
+		order2 string // rank 2's order; ranks 0 and 1 queue ABCD
+		settle int
+		rest   []int64
+	}{
+		{"same order", "ABCD", 3, []int64{'D'}},
+		{"rank 2 differs at C", "ABDC", 2, []int64{'C', 'D'}},
+		{"rank 2 differs at A", "BACD", 0, []int64{'A', 'B', 'C', 'D'}},
+	} {
+		outs := make([]map[int64][]float32, n)
+		for r, l := range w.lanes {
+			order := "ABCD"
+			if r == 2 {
+				order = c.order2
+			}
+			outs[r] = map[int64][]float32{}
+			l.mu.Lock()
+			l.owner = caller // keeps the lane's goroutine out
+			for _, s := range order {
+				site := int64(s)
+				cnt := small
+				if s == 'D' {
+					cnt = large
+				}
+				in, out := make([]float32, cnt), make([]float32, cnt)
+				for i := range in {
+					in[i] = float32(site*10 + int64(r))
+				}
+				outs[r][site] = out
+				tg := tag{site, l.count[site]}
+				l.count[site]++
+				l.pending[tg] = &call{r: request{kind: int(wire.AllReduce), send: unsafe.Pointer(&in[0]), recv: unsafe.Pointer(&out[0]),
+					nsend: cnt, nrecv: cnt, dtype: int(kernels.Float32)}}
+				l.order = append(l.order, tg)
+			}
+			l.mu.Unlock()
+		}
+		type result struct {
+			settled int
+			errs    []error
+			rest    []tag
+			err     error
+		}
+		res := make([]result, n)
+		var wg sync.WaitGroup
+		for r, l := range w.lanes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s, errs, rest, err := l.agree()
+				res[r] = result{len(s), errs, rest, err}
+			}()
+		}
+		wg.Wait()
+		for r, got := range res {
+			if got.err != nil || got.settled != c.settle {
+				t.Errorf("%s, rank %d: settled %d (err %v), want %d", c.name, r, got.settled, got.err, c.settle)
+				continue
+			}
+			var rest []int64
+			for _, tg := range got.rest {
+				rest = append(rest, tg.site)
+			}
+			if fmt.Sprint(rest) != fmt.Sprint(c.rest) {
+				t.Errorf("%s, rank %d: rest %v, want %v", c.name, r, rest, c.rest)
+			}
+			for i, e := range got.errs {
+				site := int64("ABCD"[i])
+				if want := float32(n*site*10 + n*(n-1)/2); e != nil || outs[r][site][small-1] != want {
+					t.Errorf("%s, rank %d, call %c: %v, got %g, want %g", c.name, r, site, e, outs[r][site][small-1], want)
+				}
+			}
+		}
+		for _, l := range w.lanes { // drop the unsettled calls
+			l.mu.Lock()
+			l.pending, l.order, l.owner = map[tag]*call{}, nil, idle
+			l.mu.Unlock()
+		}
+	}
+}
