@@ -1,9 +1,9 @@
 package jaxffi
 
 import (
-	"encoding/binary"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -249,11 +249,12 @@ func (r *request) run(c *comm.Comm) error {
 // agree on. XLA may start the collectives of one program concurrently and
 // in a different order on each rank, so each call carries its call site
 // (an id fixed when the program was traced) and the lane counts the calls
-// per site: (site, n) names the call on every rank. Global rank 0 takes
-// its queued calls (up to maxBatch, oldest first) and broadcasts their
-// names; every rank then runs those calls in that order. The choice is
-// always safe: rank 0 has only queued calls whose inputs are ready, so none
-// of them waits on a call that has not run.
+// per site: (site, n) names the call on every rank. The ranks' owners
+// all-gather their oldest queued calls (up to maxBatch) in an order round
+// (agree.go) and every rank runs rank 0's list in that order; a small call
+// that every rank proposed first is settled by the round itself. The choice
+// is always safe: rank 0 has only queued calls whose inputs are ready, so
+// none of them waits on a call that has not run.
 //
 // Whoever owns the lane runs its calls. A call that finds the lane idle
 // takes it and runs on XLA's thread (no thread handoff, no future: the
@@ -269,7 +270,9 @@ type lane struct {
 	order   []tag // arrival order: rank 0 runs the oldest first
 	count   map[int64]uint64
 	owner   owner
-	rest    []tag // named calls the goroutine runs before asking rank 0 again
+	rest    []tag         // named calls the goroutine runs before asking rank 0 again
+	round   []byte        // the order round's blocks (agree.go), used by the owner only
+	settled atomic.Uint64 // calls the order round settled (tests check the common path takes it)
 	stopped error
 	wake    chan struct{} // a call arrived, the goroutine was handed the lane, or stop was called
 	done    chan struct{} // the goroutine has exited
@@ -285,8 +288,8 @@ const (
 	goroutine              // the lane's goroutine runs them
 )
 
-// maxBatch bounds the calls one order broadcast names (many concurrent
-// collectives, such as one per gradient leaf, share one broadcast).
+// maxBatch bounds the calls one order round names (many concurrent
+// collectives, such as one per gradient leaf, share one round).
 const maxBatch = 32
 
 type tag struct {
@@ -356,9 +359,18 @@ func (l *lane) runInline(mine *call, later func() func(error)) (ran bool, res er
 		}
 	}()
 	for !ran {
-		batch, err := l.nextBatch()
+		settled, outs, batch, err := l.agree()
+		for i, c := range settled {
+			if c == mine {
+				ran, res = true, outs[i]
+			} else {
+				go c.done(outs[i])
+			}
+		}
 		if err != nil {
-			ran, res = true, err
+			if !ran {
+				ran, res = true, err
+			}
 			l.fail(mine, err)
 			handOff(nil)
 			return ran, res
@@ -454,7 +466,13 @@ func (l *lane) loop() {
 func (l *lane) step(batch []tag) (err error) {
 	defer status.Catch(&err)
 	if len(batch) == 0 {
-		if batch, err = l.nextBatch(); err != nil {
+		var settled []*call
+		var outs []error
+		settled, outs, batch, err = l.agree()
+		for i, c := range settled {
+			go c.done(outs[i])
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -467,32 +485,6 @@ func (l *lane) step(batch []tag) (err error) {
 		go c.done(firstCause(l.c, c.r.run(l.c)))
 	}
 	return nil
-}
-
-// nextBatch returns the names of the calls to run next: rank 0's oldest
-// queued calls, broadcast to the other ranks.
-func (l *lane) nextBatch() ([]tag, error) {
-	l.mu.Lock()
-	batch := append([]tag(nil), l.order[:min(len(l.order), maxBatch)]...)
-	l.mu.Unlock()
-	if l.c.NRanks() == 1 {
-		return batch, nil
-	}
-	var b [8 + maxBatch*16]byte
-	binary.LittleEndian.PutUint64(b[:], uint64(len(batch)))
-	for i, t := range batch {
-		binary.LittleEndian.PutUint64(b[8+16*i:], uint64(t.site))
-		binary.LittleEndian.PutUint64(b[16+16*i:], t.n)
-	}
-	p := unsafe.Pointer(&b[0])
-	if err := l.c.Run(nil, comm.Op{Coll: wire.Broadcast, Send: p, Recv: p, Count: len(b), Type: kernels.Uint8}); err != nil {
-		return nil, firstCause(l.c, err)
-	}
-	batch = batch[:0]
-	for i := range min(int(binary.LittleEndian.Uint64(b[:])), maxBatch) {
-		batch = append(batch, tag{int64(binary.LittleEndian.Uint64(b[8+16*i:])), binary.LittleEndian.Uint64(b[16+16*i:])})
-	}
-	return batch, nil
 }
 
 // tryTake removes the call named t if it is queued.

@@ -156,3 +156,241 @@ func TestInlineCallerHandsOff(t *testing.T) {
 		}
 	}
 }
+
+// Every collective, with inputs that fit the order round (settled from the
+// gathered inputs) and inputs that do not (run as a collective), on 3
+// ranks, against values computed here.
+func TestEveryKindSettledAndRun(t *testing.T) {
+	const n = 3
+	h, err := newWorld(nil, 1, 0, n, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { takeWorld(h).close(false) }()
+	val := func(r, i int) int32 { return int32((i*7+r*3)%5 + 1) }
+	site := int64(0)
+	for _, elems := range []int{3 * n, n * (inlineLimit(n)/4/n + 1)} { // 4-byte elements: inline, then not
+		for _, c := range []struct {
+			kind    wire.Coll
+			op      kernels.RedOp
+			in, out int // elements per rank
+			want    func(me, i int) int32
+		}{
+			{wire.AllReduce, kernels.Sum, elems, elems, func(me, i int) int32 { return val(0, i) + val(1, i) + val(2, i) }},
+			{wire.AllReduce, kernels.Max, elems, elems, func(me, i int) int32 { return max(val(0, i), val(1, i), val(2, i)) }},
+			{wire.AllReduce, kernels.Avg, elems, elems, func(me, i int) int32 { return (val(0, i) + val(1, i) + val(2, i)) / n }},
+			{wire.ReduceScatter, kernels.Prod, elems, elems / n, func(me, i int) int32 {
+				j := me*(elems/n) + i
+				return val(0, j) * val(1, j) * val(2, j)
+			}},
+			{wire.AllGather, 0, elems, n * elems, func(me, i int) int32 { return val(i/elems, i%elems) }},
+			{wire.Broadcast, 0, elems, elems, func(me, i int) int32 { return val(1, i) }},
+			{wire.AlltoAll, 0, elems, elems, func(me, i int) int32 { b := elems / n; return val(i/b, me*b+i%b) }},
+			{wire.SendRecv, 0, elems, elems, func(me, i int) int32 {
+				if me == 2 {
+					return 0 // nobody sends to rank 2
+				}
+				return val((me+2)%n, i)
+			}},
+		} {
+			site++
+			var wg sync.WaitGroup
+			for r := range n {
+				in := make([]int32, c.in)
+				for i := range in {
+					in[i] = val(r, i)
+				}
+				out := make([]int32, c.out)
+				req := request{kind: int(c.kind), send: unsafe.Pointer(&in[0]), recv: unsafe.Pointer(&out[0]), nsend: c.in, nrecv: c.out,
+					dtype: int(kernels.Int32), op: int(c.op), root: 1, perm: []int64{2, 0, 0, 1}} // ppermute: 2->0, 0->1
+				if c.kind != wire.AllReduce && c.kind != wire.ReduceScatter {
+					req.dtype, req.nsend, req.nrecv = int(kernels.Uint8), 4*c.in, 4*c.out // data movement: bytes
+				}
+				wg.Add(1)
+				check := func(e error) {
+					defer wg.Done()
+					if e != nil {
+						t.Errorf("%s %d elements rank %d: %v", kindName(int(c.kind)), elems, r, e)
+						return
+					}
+					for i, v := range out {
+						if w := c.want(r, i); v != w {
+							t.Errorf("%s op %d, %d elements, rank %d: [%d] = %d, want %d", kindName(int(c.kind)), c.op, elems, r, i, v, w)
+							return
+						}
+					}
+				}
+				go func() {
+					if ran, err := submit(h, r, site, req, func() func(error) { return check }); ran {
+						check(err)
+					}
+				}()
+			}
+			wg.Wait()
+		}
+	}
+}
+
+// Ranks making the same call site with different arguments (different
+// programs traced) get an error naming both on every rank, not a hang.
+func TestMismatchedCallFailsEveryRank(t *testing.T) {
+	h, err := newWorld(nil, 1, 0, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { takeWorld(h).close(true) }()
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for r := range 2 {
+		buf := make([]float32, 8)
+		req := request{kind: int(wire.AllReduce), send: unsafe.Pointer(&buf[0]), recv: unsafe.Pointer(&buf[0]),
+			nsend: 2 + 2*r, nrecv: 2 + 2*r, dtype: int(kernels.Float32)}
+		wg.Add(1)
+		go func() {
+			done := func(e error) { errs[r] = e; wg.Done() }
+			if ran, err := submit(h, r, 7, req, func() func(error) { return done }); ran {
+				done(err)
+			}
+		}()
+	}
+	wg.Wait()
+	for r, e := range errs {
+		if e == nil || !strings.Contains(e.Error(), "ranks disagree on collective call site 7") ||
+			!strings.Contains(e.Error(), "rank 0 runs all_reduce of 2 elements of float32") || !strings.Contains(e.Error(), "rank 1 runs all_reduce of 4 elements") {
+			t.Errorf("rank %d: %v", r, e)
+		}
+	}
+}
+
+// One collective at a time, every rank reaching it (a training loop): each
+// call is settled by the order round alone, with no collective of its own.
+func TestOneAtATimeIsSettledByTheRound(t *testing.T) {
+	const n, calls = 2, 50
+	h, err := newWorld(nil, 1, 0, n, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { takeWorld(h).close(false) }()
+	worldsMu.Lock()
+	w := worlds[h]
+	worldsMu.Unlock()
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range calls {
+				in, out := []float64{float64(r + k)}, []float64{0}
+				done := make(chan error, 1)
+				req := request{kind: int(wire.AllReduce), send: unsafe.Pointer(&in[0]), recv: unsafe.Pointer(&out[0]), nsend: 1, nrecv: 1, dtype: int(kernels.Float64)}
+				if ran, err := submit(h, r, 1, req, func() func(error) { return func(e error) { done <- e } }); ran {
+					done <- err
+				}
+				if err := <-done; err != nil || out[0] != float64(2*k+1) {
+					t.Errorf("rank %d call %d: %v, got %g", r, k, err, out[0])
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for r, l := range w.lanes {
+		if got := l.settled.Load(); got != calls {
+			t.Errorf("rank %d: the round settled %d of %d calls", r, got, calls)
+		}
+	}
+}
+
+// One order round settles the calls every rank proposed in the same leading
+// positions, inputs carried, and names the rest in rank 0's order.
+func TestRoundSettlesTheCommonPrefix(t *testing.T) {
+	const n = 3
+	h, err := newWorld(nil, 1, 0, n, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { takeWorld(h).close(false) }()
+	worldsMu.Lock()
+	w := worlds[h]
+	worldsMu.Unlock()
+	small, large := 4, inlineLimit(n) // float32 elements: D's input does not fit
+	for _, c := range []struct {
+		name   string
+		order2 string // rank 2's order; ranks 0 and 1 queue ABCD
+		settle int
+		rest   []int64
+	}{
+		{"same order", "ABCD", 3, []int64{'D'}},
+		{"rank 2 differs at C", "ABDC", 2, []int64{'C', 'D'}},
+		{"rank 2 differs at A", "BACD", 0, []int64{'A', 'B', 'C', 'D'}},
+	} {
+		outs := make([]map[int64][]float32, n)
+		for r, l := range w.lanes {
+			order := "ABCD"
+			if r == 2 {
+				order = c.order2
+			}
+			outs[r] = map[int64][]float32{}
+			l.mu.Lock()
+			l.owner = caller // keeps the lane's goroutine out
+			for _, s := range order {
+				site := int64(s)
+				cnt := small
+				if s == 'D' {
+					cnt = large
+				}
+				in, out := make([]float32, cnt), make([]float32, cnt)
+				for i := range in {
+					in[i] = float32(site*10 + int64(r))
+				}
+				outs[r][site] = out
+				tg := tag{site, l.count[site]}
+				l.count[site]++
+				l.pending[tg] = &call{r: request{kind: int(wire.AllReduce), send: unsafe.Pointer(&in[0]), recv: unsafe.Pointer(&out[0]),
+					nsend: cnt, nrecv: cnt, dtype: int(kernels.Float32)}}
+				l.order = append(l.order, tg)
+			}
+			l.mu.Unlock()
+		}
+		type result struct {
+			settled int
+			errs    []error
+			rest    []tag
+			err     error
+		}
+		res := make([]result, n)
+		var wg sync.WaitGroup
+		for r, l := range w.lanes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s, errs, rest, err := l.agree()
+				res[r] = result{len(s), errs, rest, err}
+			}()
+		}
+		wg.Wait()
+		for r, got := range res {
+			if got.err != nil || got.settled != c.settle {
+				t.Errorf("%s, rank %d: settled %d (err %v), want %d", c.name, r, got.settled, got.err, c.settle)
+				continue
+			}
+			var rest []int64
+			for _, tg := range got.rest {
+				rest = append(rest, tg.site)
+			}
+			if fmt.Sprint(rest) != fmt.Sprint(c.rest) {
+				t.Errorf("%s, rank %d: rest %v, want %v", c.name, r, rest, c.rest)
+			}
+			for i, e := range got.errs {
+				site := int64("ABCD"[i])
+				if want := float32(n*site*10 + n*(n-1)/2); e != nil || outs[r][site][small-1] != want {
+					t.Errorf("%s, rank %d, call %c: %v, got %g, want %g", c.name, r, site, e, outs[r][site][small-1], want)
+				}
+			}
+		}
+		for _, l := range w.lanes { // drop the unsettled calls
+			l.mu.Lock()
+			l.pending, l.order, l.owner = map[tag]*call{}, nil, idle
+			l.mu.Unlock()
+		}
+	}
+}

@@ -23,7 +23,9 @@ from __future__ import annotations
 import atexit
 import ctypes
 import functools
-import itertools
+import hashlib
+import os
+import sys
 import threading
 from typing import Sequence
 
@@ -31,6 +33,7 @@ import numpy as np
 
 import jax
 import jax.numpy as jnp
+import jaxlib
 
 from . import _lib, _rendezvous
 from .errors import InvalidArgumentError, error_for
@@ -61,7 +64,8 @@ class _World:
 _lock = threading.RLock()
 _world: _World | None = None
 _registered: set[str] = set()
-_sites = itertools.count(1)
+_sites: dict[tuple, int] = {}  # line of user code -> calls traced from it so far
+_INTERNAL = tuple(os.path.dirname(m.__file__) + os.sep for m in (jax, jaxlib, np, os, sys.modules[__package__]))
 
 
 def _register(platform: str) -> None:
@@ -192,7 +196,29 @@ def _ffi(target: str, x, shape, vmap_method: str, in_place: bool = False, **attr
     attrs = {k: (np.asarray(v, np.int64) if isinstance(v, np.ndarray) else np.int64(v)) for k, v in attrs.items()}
     call = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(tuple(shape), x.dtype), vmap_method=vmap_method,
                             input_output_aliases={0: 0} if in_place else None)
-    return call(x, comm=np.int64(w.handle), site=np.int64(next(_sites)), **attrs)
+    return call(x, comm=np.int64(w.handle), site=np.int64(_site()), **attrs)
+
+
+def _site() -> int:
+    """The call's site id, equal on every rank for the same call: the k-th
+    call traced from its line of user code (the innermost frame outside
+    gocl, JAX, numpy and the standard library). Counting per line rather
+    than over all calls keeps ranks that trace programs in different orders
+    (threads, a rank-dependent warm-up) in agreement, as long as each line's
+    calls are traced in the same order; shapes and arguments stay out of
+    the key, so ranks that trace one line differently make the same site
+    with different arguments, which fails on every rank at once (jax_ffi's
+    order round) instead of waiting. Bounded to a positive int64."""
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(_INTERNAL):
+        f = f.f_back
+    where = ("", "", 0) if f is None else (os.path.basename(f.f_code.co_filename), f.f_code.co_name, f.f_lineno)
+    key = where
+    with _lock:
+        k = _sites.get(key, 0)
+        _sites[key] = k + 1
+    digest = hashlib.blake2b(repr((key, k)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
 
 
 def _widen(x):

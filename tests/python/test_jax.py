@@ -80,6 +80,9 @@ def test_two_processes():
     _check_in_place_all_reduce()
     _check_gradients_and_vmap()
     _check_data_parallel_training_equals_full_batch()
+    _check_programs_traced_in_rank_dependent_orders()
+    _check_programs_dispatched_from_threads()
+    _check_ranks_running_different_programs_fail_everywhere()  # last: it breaks the world
 
 
 @pytest.mark.ranks(3, timeout=240)
@@ -227,6 +230,67 @@ def _check_data_parallel_training_equals_full_batch():
     for k in p0:
         np.testing.assert_allclose(np.asarray(pd[k]), np.asarray(pf[k]), rtol=1e-5, atol=1e-6)
     assert float(loss(pd, X, Y)) < float(loss(p0, X, Y)) / 4
+
+
+def _check_programs_traced_in_rank_dependent_orders():
+    """The ranks trace two programs in opposite orders before running them:
+    call sites are keyed by their line of code, not numbered in trace order
+    (numbered, the ranks would wait for different calls)."""
+    r, n = gj.process_rank(), gj.world_size()
+    a = jax.jit(lambda v: gj.all_reduce(v, op="max"))
+    b = jax.jit(lambda v: gj.all_gather(v * 2))
+    x = jnp.arange(3.0) + r
+    for f in ([a, b] if r == 0 else [b, a]):
+        f.lower(x)  # traces: the run below reuses it
+    np.testing.assert_array_equal(np.asarray(a(x)), np.arange(3.0) + n - 1)
+    np.testing.assert_array_equal(np.asarray(b(x)), 2 * np.stack([np.arange(3.0) + q for q in range(n)]))
+
+
+def _check_programs_dispatched_from_threads():
+    """Three jitted programs, each run in a loop by its own thread, started
+    in a rank-dependent order with rank-dependent pauses: their collectives
+    reach the ranks in different orders (small ones settled by the order
+    round, a large one run as a collective) and must still pair up."""
+    import threading
+
+    r, n = gj.process_rank(), gj.world_size()
+    s = n * (n - 1) / 2
+    progs = {
+        "sum": (jax.jit(lambda v: gj.all_reduce(v) * 2), jnp.arange(3.0) + r, 2 * (n * np.arange(3.0) + s)),
+        "gather": (jax.jit(lambda v: gj.all_gather(v + 1)), jnp.full(2, float(r)), np.repeat(np.arange(1.0, n + 1), 2).reshape(n, 2)),
+        "big": (jax.jit(lambda v: gj.all_reduce(v, op="max")), jnp.full(1 << 14, float(r)), np.full(1 << 14, n - 1.0)),
+    }
+    errors = []
+
+    def loop(name, k):
+        f, x, want = progs[name]
+        try:
+            for i in range(30):
+                if (i + k + r) % 3 == 0:
+                    time.sleep(0.002 * (k + r))
+                np.testing.assert_array_equal(np.asarray(f(x)), want, err_msg=name)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    names = list(progs) if r % 2 == 0 else list(reversed(progs))
+    threads = [threading.Thread(target=loop, args=(name, k)) for k, name in enumerate(names)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+
+
+def _check_ranks_running_different_programs_fail_everywhere():
+    """Ranks that trace different programs make the same call site with
+    different arguments: every rank gets an error naming both, promptly."""
+    r = gj.process_rank()
+    f = jax.jit(lambda v: gj.all_reduce(v))
+    start = time.monotonic()
+    with pytest.raises(Exception, match=r"ranks disagree on collective call site \d+ .*rank 0 runs all_reduce of 4 elements"):
+        f(jnp.ones(4 + 2 * r)).block_until_ready()
+    assert time.monotonic() - start < 20
+    gj.shutdown(abort=True)
 
 
 def _check_dead_peer_raises_naming_it():
