@@ -182,6 +182,7 @@ class _Mark:
 
 
 _FAILED = object()
+POLL = 16  # launches between polls of a group's in-flight work (Executor.track)
 
 
 class StreamWork(dist.Work):
@@ -461,12 +462,25 @@ class Executor:
         return work
 
     def track(self, mark: _Mark, works) -> None:
-        """Keep mark's works (their tensors) until the mark is done; let go
-        of those that are done already (in stream order)."""
+        """Keep mark's works (their tensors) until the mark is done. Every
+        POLL launches, let go of those that are done (in stream order: the
+        newest done means all are), so a burst of small calls pays one
+        event query per POLL calls, not one each. Works with tasks run
+        their finish then; the others complete when they are asked (their
+        mark remembers it is done)."""
         q = self._inflight
-        while q and q[0][0].query():
-            for w in q.popleft()[1]:
-                w._complete()
+        if len(q) >= POLL:
+            if q[-1][0].query():
+                done = list(q)
+                q.clear()
+            else:
+                done = []
+                while q and q[0][0].query():
+                    done.append(q.popleft())
+            for _, ws in done:
+                for w in ws:
+                    if w._tasks:
+                        w._complete()
         q.append((mark, works))
 
     # submission -----------------------------------------------------------
