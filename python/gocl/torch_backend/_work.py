@@ -453,10 +453,13 @@ class Executor:
         else:
             self._events.append(ev)
 
-    def queued(self, result) -> StreamWork:
+    def queued(self, result, keep=None) -> StreamWork:
         """The Work of gocl calls just queued on the stream by the caller
-        (under the lock), with no task to finish: result holds the tensors."""
+        (under the lock), with no task to finish: result holds the tensors,
+        keep what else the calls use (their inputs)."""
         work = StreamWork(self, (), result)
+        if keep is not None:
+            work._keep = keep
         mark = work._mark = self.mark()
         self.track(mark, (work,))
         return work
