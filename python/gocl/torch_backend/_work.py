@@ -196,16 +196,18 @@ class StreamWork(dist.Work):
     """
 
     source = -1  # recv from any source: the sender, set when the receive has run
+    # Until set on the instance (class defaults: one Work per asynchronous
+    # call, so each attribute set counts):
+    _mark: _Mark | None = None  # None: not issued yet
+    _err = None  # an error raised while issuing or finishing
+    _state = None  # None, True (done) or _FAILED
+    _future: Future | None = None
 
     def __init__(self, ex: Executor, tasks, result):
         super().__init__()
         self._ex = ex
         self._tasks = tasks
         self._result = result
-        self._mark: _Mark | None = None  # None: not issued yet
-        self._err = None  # an error raised while issuing or finishing
-        self._state = None  # None, True (done) or _FAILED
-        self._future: Future | None = None
 
     # completion -------------------------------------------------------------
     def _issued(self, mark: _Mark | None, err=None) -> None:
@@ -444,7 +446,9 @@ class Executor:
             h = ctypes.c_void_p()
             _core.check(_event_create(ctypes.byref(h)))
             ev = h.value
-        _core.check(_event_record(ev, self._stream.handle))
+        rc = _event_record(ev, self._stream.handle)
+        if rc:
+            _core.check(rc)
         return _Mark(self, ev)
 
     def release_event(self, ev: int) -> None:
