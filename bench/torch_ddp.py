@@ -129,9 +129,10 @@ def worker(args) -> None:
         except ImportError:
             emit({"kind": "fsdp_skipped", "why": "no torch.distributed.fsdp.fully_shard"})
         else:
-            # The first fully_shard imports torch._dynamo (DTensor's from_local is
-            # compiled-aware): seconds per process, tens of seconds with several
-            # ranks per core. Reported, so a slow 4-rank run is not taken for a hang.
+            # A process's first fully_shard imports torch._dynamo unless something
+            # did before (here DDP's untimed warm-up steps do): seconds per process,
+            # tens of seconds with several ranks per core. Reported, so a slow
+            # 4-rank run is not taken for a hang.
             t0 = time.perf_counter()
             fs, fopt = {}, {}
             for n in groups:

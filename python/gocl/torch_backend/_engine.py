@@ -62,6 +62,26 @@ def _host(t: torch.Tensor) -> bool:
 
 _HAS_ASYNC_OP = hasattr(AllreduceOptions(), "asyncOp")  # torch >= 2.8 tells the backend
 
+
+def _op_type_key(op) -> int:
+    return int(_types.op_type(op))
+
+
+def _pick_op_key():
+    """What keys the latency paths' (dtype, op) cache: hash(ReduceOp) where
+    it is the op type's value for every fresh ReduceOp object (torch 2.5 ...
+    2.15; a tenth of reading .op), else the op type itself."""
+    o = AllreduceOptions()
+    for name in ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"):
+        o.reduceOp = getattr(torch.distributed.ReduceOp, name)
+        want = int(getattr(_types.R, name))
+        if hash(o.reduceOp) != want or hash(o.reduceOp) != want:
+            return _op_type_key
+    return hash
+
+
+_op_key = _pick_op_key()
+
 U8 = _core.UINT8
 _SIGNED_TWIN = {}
 for _u, _s in (("uint32", torch.int32), ("uint64", torch.int64)):
@@ -154,7 +174,7 @@ class Engine:
         lib = _lib.lib()  # the latency paths call these directly
         self._c_all_reduce, self._c_all_gather, self._c_reduce_scatter = (
             lib.goclAllReduce, lib.goclAllGather, lib.goclReduceScatter)
-        self._fast = {}  # (dtype, hash(ReduceOp)) -> (gocl dtype, gocl op) of native reductions
+        self._fast = {}  # (dtype, _op_key(ReduceOp)) -> (gocl dtype, gocl op) of native reductions
 
     @classmethod
     def create(cls, store, rank, size, timeout, global_ranks, group_id) -> Engine:
@@ -250,7 +270,7 @@ class Engine:
         """(gocl dtype, gocl op) when gocl reduces dtype with op natively on
         the tensor's own memory, else a false value; cached per (dtype,
         op type). PREMUL_SUM (its factor varies) is never cached."""
-        key = (dtype, hash(op))
+        key = (dtype, _op_key(op))
         fast = self._fast.get(key)
         if fast is None:
             if _types.op_type(op) == _types.R.PREMUL_SUM:
@@ -323,11 +343,11 @@ class Engine:
         # The latency path: one dense host tensor, a reduction gocl has
         # natively for its dtype (decided once per (dtype, op), see _fast).
         # Every lookup here is a measured cost: a ReduceOp property read
-        # alone is ~0.5 us, so it is read once and keyed by its hash
-        # (its RedOpType; PREMUL_SUM, which carries a factor, is never cached).
+        # alone is ~0.5 us, so it is read once and keyed by _op_key (its
+        # RedOpType; PREMUL_SUM, which carries a factor, is never cached).
         if opts is not None and len(tensors) == 1:
             t = tensors[0]
-            fast = self._fast.get((t.dtype, hash(opts.reduceOp)))
+            fast = self._fast.get((t.dtype, _op_key(opts.reduceOp)))
             if (fast and t.layout is _STRIDED and t.is_cpu and t.is_contiguous()
                     and not (t.is_neg() or t.is_conj() or _staging._FORCE)):
                 ex = self.executor
