@@ -129,6 +129,11 @@ def worker(args) -> None:
         except ImportError:
             emit({"kind": "fsdp_skipped", "why": "no torch.distributed.fsdp.fully_shard"})
         else:
+            # A process's first fully_shard imports torch._dynamo unless something
+            # did before (here DDP's untimed warm-up steps do): seconds per process,
+            # tens of seconds with several ranks per core. Reported, so a slow
+            # 4-rank run is not taken for a hang.
+            t0 = time.perf_counter()
             fs, fopt = {}, {}
             for n in groups:
                 mesh = DeviceMesh.from_group(groups[n], device_type="cpu")
@@ -138,6 +143,7 @@ def worker(args) -> None:
                         fully_shard(layer, mesh=mesh)
                 fs[n] = fully_shard(m, mesh=mesh)
                 fopt[n] = torch.optim.SGD(fs[n].parameters(), lr=0.01)
+            emit({"kind": "fsdp2_setup", "seconds": round(time.perf_counter() - t0, 2)})
 
             step_rows(emit, "fsdp2_step", timed_step(fs, fopt), args.steps)
             local = {n: torch.cat([p.detach().to_local().reshape(-1) for p in fs[n].parameters()]) for n in groups}

@@ -51,6 +51,36 @@ from ._staging import Host, as_bytes, copy_out, direct, overlaps
 from ._work import Executor, GoclWork, Task, completed_work
 
 log = logging.getLogger("gocl.torch")
+_STRIDED = torch.strided
+
+
+def _host(t: torch.Tensor) -> bool:
+    """_staging.direct, inlined for the latency paths: a dense contiguous
+    CPU tensor gocl can use as it is."""
+    return (t.layout is _STRIDED and t.is_cpu and t.is_contiguous()
+            and not (t.is_neg() or t.is_conj() or _staging._FORCE))
+
+_HAS_ASYNC_OP = hasattr(AllreduceOptions(), "asyncOp")  # torch >= 2.8 tells the backend
+
+
+def _op_type_key(op) -> int:
+    return int(_types.op_type(op))
+
+
+def _pick_op_key():
+    """What keys the latency paths' (dtype, op) cache: hash(ReduceOp) where
+    it is the op type's value for every fresh ReduceOp object (torch 2.5 ...
+    2.15; a tenth of reading .op), else the op type itself."""
+    o = AllreduceOptions()
+    for name in ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"):
+        o.reduceOp = getattr(torch.distributed.ReduceOp, name)
+        want = int(getattr(_types.R, name))
+        if hash(o.reduceOp) != want or hash(o.reduceOp) != want:
+            return _op_type_key
+    return hash
+
+
+_op_key = _pick_op_key()
 
 U8 = _core.UINT8
 _SIGNED_TWIN = {}
@@ -141,7 +171,10 @@ class Engine:
         self.seq = 0  # operations issued (torch's "sequence number for group")
         self.store = None  # the group's store (monitored_barrier); set by create()
         self._monitored = 0  # monitored_barrier calls so far
-        self._c_all_reduce = _lib.lib().goclAllReduce  # the latency path calls it directly
+        lib = _lib.lib()  # the latency paths call these directly
+        self._c_all_reduce, self._c_all_gather, self._c_reduce_scatter = (
+            lib.goclAllReduce, lib.goclAllGather, lib.goclReduceScatter)
+        self._fast = {}  # (dtype, _op_key(ReduceOp)) -> (gocl dtype, gocl op) of native reductions
 
     @classmethod
     def create(cls, store, rank, size, timeout, global_ranks, group_id) -> Engine:
@@ -233,6 +266,46 @@ class Engine:
                 return None
         return base
 
+    def _native(self, dtype, op):
+        """(gocl dtype, gocl op) when gocl reduces dtype with op natively on
+        the tensor's own memory, else a false value; cached per (dtype,
+        op type). PREMUL_SUM (its factor varies) is never cached."""
+        key = (dtype, _op_key(op))
+        fast = self._fast.get(key)
+        if fast is None:
+            if _types.op_type(op) == _types.R.PREMUL_SUM:
+                return None
+            try:
+                red = self._reduction(dtype, op)
+            except _types.UnsupportedError:
+                return None  # the general path raises it
+            fast = self._fast[key] = (red.gocl_dtype, red.gocl_op) if red.kind == "native" and red.view is None \
+                else False
+        return fast
+
+    def _now(self, opts, fn, args, result, keep=None):
+        """Call gocl's fn(*args, comm, stream) on host tensors: inline for a
+        synchronous call (the NULL stream orders it after the group's queued
+        work), else queued on the group's stream; keep: what else the Work
+        must hold until the call is done (its input)."""
+        self.seq += 1
+        h = self.comm.handle
+        if not (opts.asyncOp if _HAS_ASYNC_OP else _async(opts)):
+            rc = fn(*args, h, None)
+            if rc:
+                _core.check(rc, h)
+            return completed_work(result)
+        ex = self.executor
+        with ex.lock:
+            rc = fn(*args, h, ex.stream_handle())
+            if rc:
+                _core.check(rc, h)
+            return ex.queued(result, keep)
+
+    def _inline_ok(self) -> bool:
+        ex = self.executor
+        return not (ex._p2p or ex._batch is not None or ex._closed)
+
     # ------------------------------------------------------------ allreduce
     def _allreduce_steps(self, t: torch.Tensor, red: _types.Reduction):
         st = {}
@@ -267,14 +340,42 @@ class Engine:
         return completed_work(result)
 
     def allreduce(self, tensors, opts=None) -> GoclWork:
-        opts = opts if opts is not None else AllreduceOptions()
+        # The latency path: one dense host tensor, a reduction gocl has
+        # natively for its dtype (decided once per (dtype, op), see _fast).
+        # Every lookup here is a measured cost: a ReduceOp property read
+        # alone is ~0.5 us, so it is read once and keyed by _op_key (its
+        # RedOpType; PREMUL_SUM, which carries a factor, is never cached).
+        if opts is not None and len(tensors) == 1:
+            t = tensors[0]
+            fast = self._fast.get((t.dtype, _op_key(opts.reduceOp)))
+            if (fast and t.layout is _STRIDED and t.is_cpu and t.is_contiguous()
+                    and not (t.is_neg() or t.is_conj() or _staging._FORCE)):
+                ex = self.executor
+                if not (ex._p2p or ex._batch is not None or ex._closed):
+                    self.seq += 1
+                    p = t.data_ptr()
+                    h = self.comm.handle
+                    if not (opts.asyncOp if _HAS_ASYNC_OP else _async(opts)):
+                        rc = self._c_all_reduce(p, p, t.numel(), fast[0], fast[1], h, None)
+                        if rc:
+                            _core.check(rc, h)
+                        return completed_work([t])
+                    with ex.lock:  # queued on the group's stream; the Work holds t until done
+                        rc = self._c_all_reduce(p, p, t.numel(), fast[0], fast[1], h, ex.stream_handle())
+                        if rc:
+                            _core.check(rc, h)
+                        return ex.queued([t])
+        return self._allreduce(tensors, opts if opts is not None else AllreduceOptions())
+
+    def _allreduce(self, tensors, opts) -> GoclWork:
         t = self._one(tensors, "allreduce")
         if t.layout == torch.sparse_coo:
             return self.allreduce_sparse(tensors, opts)
         red = self._reduction(t.dtype, opts.reduceOp)
         is_async = _async(opts)
-        # fast path: a synchronous call on a host tensor (gocl's NULL stream
-        # orders it after the group's queued work)
+        self._native(t.dtype, opts.reduceOp)  # the next call with these takes the latency path
+        # a synchronous call on a host tensor (gocl's NULL stream orders it
+        # after the group's queued work)
         ex = self.executor
         if red.kind == "native" and direct(t) and ex.inline_ok():
             self.seq += 1
@@ -528,6 +629,12 @@ class Engine:
         return issue, finish
 
     def all_gather_single(self, output, input, opts=None) -> GoclWork:  # noqa: A002
+        if opts is not None and self._inline_ok() and output.dtype == input.dtype and _host(output) \
+                and _host(input) and output.numel() == self.size * input.numel():
+            n = input.numel() * input.element_size()
+            p, q = input.data_ptr(), output.data_ptr()
+            if p + n <= q or q + self.size * n <= p or p == q + self.rank * n:  # apart, or in place
+                return self._now(opts, self._c_all_gather, (p, q, n, U8), [output], input)
         opts = opts if opts is not None else AllgatherOptions()
         issue, finish = self._allgather_base_steps(output, input)
         return self._submit(Task("all_gather_into_tensor", issue, finish, [output], [output, input]), opts)
@@ -581,6 +688,15 @@ class Engine:
         return self._reduce_scatter_flat_steps(out, lambda: Host(inp).t, red, inp.dtype)
 
     def reduce_scatter_single(self, output, input, opts=None) -> GoclWork:  # noqa: A002
+        if opts is not None and self._inline_ok() and output.dtype == input.dtype \
+                and input.numel() == self.size * output.numel():
+            fast = self._native(input.dtype, opts.reduceOp)
+            if fast and _host(output) and _host(input):
+                n = output.numel()
+                p, q = input.data_ptr(), output.data_ptr()
+                m = n * output.element_size()
+                if p + self.size * m <= q or q + m <= p or q == p + self.rank * m:  # apart, or in place
+                    return self._now(opts, self._c_reduce_scatter, (p, q, n, fast[0], fast[1]), [output], input)
         opts = opts if opts is not None else ReduceScatterOptions()
         issue, finish = self._reduce_scatter_base_steps(output, input, opts.reduceOp)
         return self._submit(Task("reduce_scatter_tensor", issue, finish, [output], [output, input]), opts)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import os
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -283,6 +284,18 @@ def _route_p2p_to_python() -> None:
             return None
         return b if isinstance(b, GoclBackend) else None
 
+    def cpu_engine(pg):
+        """The Engine behind pg's CPU backend (None: not gocl), cached per
+        group: _get_backend alone costs more than a small call's C work.
+        Weak, so a destroyed group goes; a recycled id misses the check."""
+        hit = _cpu_engines.get(id(pg))
+        if hit is not None and hit[0]() is pg:
+            return hit[1]
+        b = backend_of(pg, [_CPU_PROBE])
+        engine = b._engine if b is not None else None
+        _cpu_engines[id(pg)] = (weakref.ref(pg, lambda _, k=id(pg): _cpu_engines.pop(k, None)), engine)
+        return engine
+
     for name in _P2P + _COLLECTIVES:
         original = getattr(pg_cls, name, None)
         if original is None:
@@ -297,14 +310,24 @@ def _route_p2p_to_python() -> None:
         else:
             def routed(self, *args, _name=name, _original=original, **kwargs):
                 if type(self) is pg_cls and len(args) >= 2 and not kwargs and isinstance(args[-1], _OPTIONS):
-                    backend = backend_of(self, args)
-                    if backend is not None:
-                        return getattr(backend, _name)(*args)
+                    t = _first_tensor(args)
+                    if t is not None and t.is_cpu:
+                        engine = cpu_engine(self)
+                        if engine is not None:
+                            return getattr(engine, _name)(*args)
+                    else:
+                        backend = backend_of(self, args)
+                        if backend is not None:
+                            return getattr(backend, _name)(*args)
                 return _original(self, *args, **kwargs)
 
         routed.__name__ = name
         routed.__doc__ = original.__doc__
         setattr(pg_cls, name, routed)
+
+
+_cpu_engines: dict = {}  # id(ProcessGroup) -> (weakref to it, its CPU Engine or None)
+_CPU_PROBE = torch.empty(0)
 
 
 class ProcessGroupGocl(_Ops, dist.ProcessGroup):

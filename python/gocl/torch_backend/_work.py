@@ -182,6 +182,7 @@ class _Mark:
 
 
 _FAILED = object()
+POLL = 16  # launches between polls of a group's in-flight work (Executor.track)
 
 
 class StreamWork(dist.Work):
@@ -195,16 +196,18 @@ class StreamWork(dist.Work):
     """
 
     source = -1  # recv from any source: the sender, set when the receive has run
+    # Until set on the instance (class defaults: one Work per asynchronous
+    # call, so each attribute set counts):
+    _mark: _Mark | None = None  # None: not issued yet
+    _err = None  # an error raised while issuing or finishing
+    _state = None  # None, True (done) or _FAILED
+    _future: Future | None = None
 
     def __init__(self, ex: Executor, tasks, result):
         super().__init__()
         self._ex = ex
         self._tasks = tasks
         self._result = result
-        self._mark: _Mark | None = None  # None: not issued yet
-        self._err = None  # an error raised while issuing or finishing
-        self._state = None  # None, True (done) or _FAILED
-        self._future: Future | None = None
 
     # completion -------------------------------------------------------------
     def _issued(self, mark: _Mark | None, err=None) -> None:
@@ -443,7 +446,9 @@ class Executor:
             h = ctypes.c_void_p()
             _core.check(_event_create(ctypes.byref(h)))
             ev = h.value
-        _core.check(_event_record(ev, self._stream.handle))
+        rc = _event_record(ev, self._stream.handle)
+        if rc:
+            _core.check(rc)
         return _Mark(self, ev)
 
     def release_event(self, ev: int) -> None:
@@ -452,21 +457,37 @@ class Executor:
         else:
             self._events.append(ev)
 
-    def queued(self, result) -> StreamWork:
+    def queued(self, result, keep=None) -> StreamWork:
         """The Work of gocl calls just queued on the stream by the caller
-        (under the lock), with no task to finish: result holds the tensors."""
+        (under the lock), with no task to finish: result holds the tensors,
+        keep what else the calls use (their inputs)."""
         work = StreamWork(self, (), result)
+        if keep is not None:
+            work._keep = keep
         mark = work._mark = self.mark()
         self.track(mark, (work,))
         return work
 
     def track(self, mark: _Mark, works) -> None:
-        """Keep mark's works (their tensors) until the mark is done; let go
-        of those that are done already (in stream order)."""
+        """Keep mark's works (their tensors) until the mark is done. Every
+        POLL launches, let go of those that are done (in stream order: the
+        newest done means all are), so a burst of small calls pays one
+        event query per POLL calls, not one each. Works with tasks run
+        their finish then; the others complete when they are asked (their
+        mark remembers it is done)."""
         q = self._inflight
-        while q and q[0][0].query():
-            for w in q.popleft()[1]:
-                w._complete()
+        if len(q) >= POLL:
+            if q[-1][0].query():
+                done = list(q)
+                q.clear()
+            else:
+                done = []
+                while q and q[0][0].query():
+                    done.append(q.popleft())
+            for _, ws in done:
+                for w in ws:
+                    if w._tasks:
+                        w._complete()
         q.append((mark, works))
 
     # submission -----------------------------------------------------------

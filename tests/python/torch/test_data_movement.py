@@ -73,6 +73,13 @@ def _all_gather(rank, world, f):
     buf[rank * 4:(rank + 1) * 4] = rank + 1
     dist.all_gather_into_tensor(buf, buf[rank * 4:(rank + 1) * 4])
     f.expect(buf, torch.cat([torch.full((4,), r + 1.0) for r in range(world)]), "in-place all_gather_into_tensor")
+    # input overlapping the output elsewhere than its own block: read before anything is written
+    buf = torch.zeros(world * 4 + 1)
+    src = buf[1:5]
+    src.copy_(torch.full((4,), rank + 1.0))
+    want = torch.cat([torch.full((4,), r + 1.0) for r in range(world)])
+    dist.all_gather_into_tensor(buf[:world * 4], src)
+    f.expect(buf[:world * 4], want, "all_gather_into_tensor with an overlapping input")
     # outputs that are views of one buffer, as all_gather_object makes them
     big = torch.zeros(world * 6, dtype=torch.uint8)
     views = [big[r * 6:(r + 1) * 6] for r in range(world)]

@@ -172,6 +172,12 @@ def _reduce_and_reduce_scatter_cases(rank, world, f):
     dist.reduce_scatter_tensor(mine, buf)
     want = sum(torch.arange(4 * world, dtype=torch.float32) + r for r in range(world))[rank * 4:(rank + 1) * 4]
     f.expect(mine, want, "in-place reduce_scatter_tensor")
+    # output overlapping the input elsewhere than its own block
+    buf = torch.arange(4 * world + 1, dtype=torch.float32) + rank
+    src = buf[:4 * world].clone()
+    dist.reduce_scatter_tensor(buf[1:5], buf[:4 * world])
+    want = sum(src - rank + r for r in range(world))[rank * 4:(rank + 1) * 4]
+    f.expect(buf[1:5], want, "reduce_scatter_tensor with an overlapping output")
 
 
 WORLDS = [pytest.param(n, marks=pytest.mark.ranks(n), id=f"{n}ranks") for n in (1, 2, 3, 4)]
