@@ -21,13 +21,14 @@ Python stacks are dumped (faulthandler) and they are killed: a hang becomes a
 failure that shows where each rank was. ``pytest.skip()`` on every rank skips.
 
 Start-up: a rank is forked from a zygote (gocl._pytest_zygote) that has
-imported numpy and torch once, unless that is unsafe (the zygote checks that
-libgocl.so is not loaded and that it has one thread; else it refuses and the
-rank is spawned). The rank then runs exactly as a spawned one. One zygote
-serves every test whose rank environment is the same but for the per-rank
-variables. ``gocl_ranks_start = spawn`` (ini) or ``GOCL_PYTEST_START=spawn``
-spawns every rank; ``gocl_ranks_preload`` lists the modules the zygote imports (those of them
-this pytest process has imported, by collecting the tests).
+imported the test module's heavy dependencies once (``gocl_ranks_preload``:
+numpy, torch, torch.distributed, pytest, those whose package the test module
+uses), unless that is unsafe: the zygote checks that libgocl.so is not loaded
+and that it has one thread, else it refuses and ranks are spawned. The rank
+then runs as a spawned one would. One zygote serves every test with the same
+preload and the same rank environment but for the per-rank variables.
+``gocl_ranks_start = spawn`` (ini) or ``GOCL_PYTEST_START=spawn`` spawns
+every rank.
 
 Fixtures: the body runs in other processes, so fixture values are computed
 once here and pickled to every rank: parametrize values and plain data
@@ -51,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -72,7 +74,7 @@ _REFUSED_FIXTURES = {
 }
 _TAIL_LINES = 60
 # What a zygote imports before forking ranks (the expensive imports of the suites that use ranks).
-DEFAULT_PRELOAD = "numpy torch torch.distributed pytest _pytest.assertion.rewrite"
+DEFAULT_PRELOAD = "numpy torch torch.distributed pytest"
 # The rank environment's variables that differ between ranks and tests: one zygote serves
 # every environment that is equal but for these (the ranks' own values are set after the fork).
 _PER_RANK_VARS = frozenset({
@@ -217,22 +219,33 @@ class _Zygote:
             self.proc.wait()
 
 
-_zygotes: dict[frozenset, _Zygote] = {}
-_refused: set[frozenset] = set()
+_zygotes: dict[tuple, _Zygote] = {}
+_refused: set[tuple] = set()
 
 
-def _zygote_for(config, env: dict[str, str]) -> _Zygote | None:
-    """The zygote for ranks with this environment (started on first use), or None to spawn."""
+def _preload(item) -> list[str]:
+    """What the zygote for item's ranks imports: the gocl_ranks_preload modules whose package
+    the test module uses (a rank of a JAX test must not get torch, which a spawned one lacks),
+    and the assertion rewriter the runner always uses."""
+    used = {v.__name__.partition(".")[0] for v in vars(item.module).values() if isinstance(v, types.ModuleType)}
+    wanted = (item.config.getini("gocl_ranks_preload") or DEFAULT_PRELOAD).split()
+    return [m for m in wanted if m.partition(".")[0] in used] + ["_pytest.assertion.rewrite"]
+
+
+def _zygote_for(config, env: dict[str, str], preload: list[str]) -> _Zygote | None:
+    """The zygote for ranks with this environment and preload (started on first use), or None to spawn."""
     mode = os.environ.get("GOCL_PYTEST_START") or config.getini("gocl_ranks_start") or "zygote"
     if mode not in ("zygote", "spawn"):
         raise pytest.UsageError(f"gocl_ranks_start / GOCL_PYTEST_START must be zygote or spawn, got {mode!r}")
     if mode == "spawn":
         return None
     base = {k: v for k, v in env.items() if k not in _PER_RANK_VARS}
-    key = frozenset(base.items())
+    key = (frozenset(base.items()), tuple(preload))
     if key in _refused:
         return None
-    z = _zygotes.get(key)
+    z = _zygotes.pop(key, None)
+    if z is not None:
+        _zygotes[key] = z  # the most recently used is evicted last
     if z is not None and z.ready is False:
         _refused.add(key)  # unsafe here for good (numpy's threads without OMP_NUM_THREADS=1, ...)
         _zygotes.pop(key).close()
@@ -240,10 +253,6 @@ def _zygote_for(config, env: dict[str, str]) -> _Zygote | None:
     if z is None:
         while len(_zygotes) >= _MAX_ZYGOTES:
             _zygotes.pop(next(iter(_zygotes))).close()
-        # Only what this session imported already (collecting the test modules): a suite
-        # without torch must not pay for importing it.
-        preload = [m for m in (config.getini("gocl_ranks_preload") or DEFAULT_PRELOAD).split()
-                   if m.partition(".")[0] in sys.modules]
         z = _zygotes[key] = _Zygote(base, preload, str(config.invocation_params.dir))
     return z if z.ready is not False else None
 
@@ -308,10 +317,11 @@ def run_ranks(item, n: int, timeout: float) -> None:
         logs = [work / f"rank{r}.log" for r in range(n)]
         try:
             cwd = str(item.config.invocation_params.dir)
+            preload = _preload(item)
             for r in range(n):
                 env = rank_env(r, n, "127.0.0.1", port)
                 env["GOCL_PYTEST_RANK"] = str(r)
-                zygote = _zygote_for(item.config, env)
+                zygote = _zygote_for(item.config, env, preload)
                 forked = zygote and zygote.start(work / "spec.json", env, logs[r], cwd)
                 if forked:
                     procs.append(forked)
