@@ -1,8 +1,9 @@
 """pytest plugin (entry point ``pytest11: gocl``): tests across ranks.
 
 ``@pytest.mark.ranks(n, timeout=120)`` runs the test function's body on n
-ranks, each a fresh Python process (spawned, never forked: the Go runtime in
-libgocl.so does not survive fork) with torchrun's environment (RANK,
+ranks, each a fresh Python process (never forked from one that loaded
+libgocl.so, whose Go runtime does not survive fork: see Start-up below)
+with torchrun's environment (RANK,
 WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
 MASTER_PORT: a free port per test), so the body can call
 ``dist.init_process_group("gocl")`` or ``gocl.Communicator.from_env()``::
@@ -97,7 +98,7 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
-        "ranks(n, timeout=120): run the test body on n ranks, each a fresh (spawned) process with RANK, "
+        "ranks(n, timeout=120): run the test body on n ranks, each a fresh process with RANK, "
         "WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT set; it passes only if every rank passes (gocl)")
 
 
