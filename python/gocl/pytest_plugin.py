@@ -80,7 +80,8 @@ DEFAULT_PRELOAD = "numpy torch torch.distributed pytest"
 # every environment that is equal but for these (the ranks' own values are set after the fork).
 _PER_RANK_VARS = frozenset({
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
-    "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "GOCL_PYTEST_RANK"})
+    "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "GOCL_PYTEST_RANK",
+    "PYTEST_CURRENT_TEST"})  # pytest sets it per test (the ranks get its value after the fork too)
 # How long a zygote may take to import its modules.
 ZYGOTE_START_TIMEOUT = 300.0
 # Zygotes kept at once (one per distinct base environment; 1-rank tests keep numpy's threads).

@@ -168,6 +168,9 @@ ZYGOTE_CASES = """
         assert started_by() == os.environ["WANT_START"], started_by()
         assert os.getsid(0) == os.getpid()  # its own session, as a spawned rank
         assert os.environ["WORLD_SIZE"] == "2" and os.environ["GOCL_PYTEST_RANK"] == os.environ["RANK"]
+        assert os.environ["PYTEST_CURRENT_TEST"].endswith(f"[{{round}}] (call)")
+        with open(os.path.join(os.environ["PARENTS"], f"{{round}}-{{os.environ['RANK']}}"), "w") as f:
+            f.write(str(os.getppid()))
         with gocl.Communicator.from_env() as comm:
             assert comm.all_reduce(np.full(3, comm.rank + round, np.float32))[0] == 1 + 2 * round
 """
@@ -183,9 +186,14 @@ def test_ranks_fork_from_a_zygote_only_when_safe(tmp_path, case):
                WANT_START="gocl._pytest_zygote" if case == "zygote" else "gocl._pytest_runner")
     extra = ["-o", "gocl_ranks_preload=numpy loads_gocl"] if case == "libgocl-loaded" else []
     source = ZYGOTE_CASES.format(extra_import="import loads_gocl" if case == "libgocl-loaded" else "")
+    parents = tmp_path / "parents"
+    parents.mkdir()
+    env["PARENTS"] = str(parents)
     r = run_pytest(tmp_path, source, *extra, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "2 passed" in r.stdout, r.stdout
+    # Both tests' ranks come from one parent: the one zygote, or the pytest process.
+    assert len({p.read_text() for p in parents.iterdir()}) == 1, [p.read_text() for p in parents.iterdir()]
 
 
 def test_zygote_refuses_with_libgocl_loaded_or_threads():
