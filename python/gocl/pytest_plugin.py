@@ -1,8 +1,9 @@
 """pytest plugin (entry point ``pytest11: gocl``): tests across ranks.
 
 ``@pytest.mark.ranks(n, timeout=120)`` runs the test function's body on n
-ranks, each a fresh Python process (spawned, never forked: the Go runtime in
-libgocl.so does not survive fork) with torchrun's environment (RANK,
+ranks, each a fresh Python process (never forked from one that loaded
+libgocl.so, whose Go runtime does not survive fork: see Start-up below)
+with torchrun's environment (RANK,
 WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
 MASTER_PORT: a free port per test), so the body can call
 ``dist.init_process_group("gocl")`` or ``gocl.Communicator.from_env()``::
@@ -20,6 +21,16 @@ failing rank and the output of the others. After ``timeout`` seconds the ranks'
 Python stacks are dumped (faulthandler) and they are killed: a hang becomes a
 failure that shows where each rank was. ``pytest.skip()`` on every rank skips.
 
+Start-up: a rank is forked from a zygote (gocl._pytest_zygote) that has
+imported the test module's heavy dependencies once (``gocl_ranks_preload``:
+numpy, torch, torch.distributed, pytest, those whose package the test module
+uses), unless that is unsafe: the zygote checks that libgocl.so is not loaded
+and that it has one thread, else it refuses and ranks are spawned. The rank
+then runs as a spawned one would. One zygote serves every test with the same
+preload and the same rank environment but for the per-rank variables.
+``gocl_ranks_start = spawn`` (ini) or ``GOCL_PYTEST_START=spawn`` spawns
+every rank.
+
 Fixtures: the body runs in other processes, so fixture values are computed
 once here and pickled to every rank: parametrize values and plain data
 fixtures (``tmp_path`` included: every rank gets the same path) work;
@@ -35,12 +46,14 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -61,18 +74,194 @@ _REFUSED_FIXTURES = {
     "doctest_namespace", "pytestconfig",
 }
 _TAIL_LINES = 60
+# What a zygote imports before forking ranks (the expensive imports of the suites that use ranks).
+DEFAULT_PRELOAD = "numpy torch torch.distributed pytest"
+# The rank environment's variables that differ between ranks and tests: one zygote serves
+# every environment that is equal but for these (the ranks' own values are set after the fork).
+_PER_RANK_VARS = frozenset({
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
+    "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "GOCL_PYTEST_RANK",
+    "PYTEST_CURRENT_TEST"})  # pytest sets it per test (the ranks get its value after the fork too)
+# How long a zygote may take to import its modules.
+ZYGOTE_START_TIMEOUT = 300.0
+# Zygotes kept at once (one per distinct base environment; 1-rank tests keep numpy's threads).
+_MAX_ZYGOTES = 2
 
 
 def pytest_addoption(parser):
     parser.addini("gocl_ranks_timeout", f"default timeout (s) of @pytest.mark.ranks tests ({DEFAULT_TIMEOUT:g})",
                   default=None)
+    parser.addini("gocl_ranks_start", "how ranks start: zygote (forked from a process that imported "
+                  "gocl_ranks_preload, when safe; the default) or spawn (fresh interpreters)", default=None)
+    parser.addini("gocl_ranks_preload", f"modules a rank zygote imports ({DEFAULT_PRELOAD!r})", default=None)
 
 
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
-        "ranks(n, timeout=120): run the test body on n ranks, each a fresh (spawned) process with RANK, "
+        "ranks(n, timeout=120): run the test body on n ranks, each a fresh process with RANK, "
         "WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT set; it passes only if every rank passes (gocl)")
+
+
+class _ZygoteRank:
+    """The part of subprocess.Popen that _supervise uses, for a rank a zygote forked."""
+
+    def __init__(self, zygote: "_Zygote", pid: int):
+        self.zygote = zygote
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.zygote.pump(0)
+            self.returncode = self.zygote.codes.get(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            left = 0.05 if deadline is None else min(0.05, deadline - time.monotonic())
+            if left <= 0:
+                raise subprocess.TimeoutExpired(f"rank pid {self.pid}", timeout)
+            self.zygote.pump(left)
+        return self.returncode
+
+
+class _Zygote:
+    """A running gocl._pytest_zygote: forks ranks on request and reports their ends."""
+
+    def __init__(self, env: dict[str, str], preload: list[str], cwd: str):
+        self.proc = subprocess.Popen([sys.executable, "-m", "gocl._pytest_zygote", *preload], env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     start_new_session=True, cwd=cwd)
+        self.codes: dict[int, int] = {}
+        self.replies: dict[int, dict] = {}
+        self.ready: bool | None = None
+        self.why = ""
+        self._buf = b""
+        self._next_id = 0
+
+    def pump(self, timeout: float) -> bool:
+        """Read what the zygote said within timeout; False once it has exited."""
+        fd = self.proc.stdout.fileno()
+        readable, _, _ = select.select([fd], [], [], max(timeout, 0))
+        if not readable:
+            return True
+        data = os.read(fd, 1 << 16)
+        if not data:
+            self._lost()
+            return False
+        self._buf += data
+        while b"\n" in self._buf:
+            line, self._buf = self._buf.split(b"\n", 1)
+            msg = json.loads(line)
+            if "ready" in msg:
+                self.ready, self.why = msg["ready"], msg.get("why") or ""
+            elif "id" in msg:
+                self.replies[msg["id"]] = msg
+            else:
+                self.codes[msg["pid"]] = msg["code"]
+        return True
+
+    def _lost(self) -> None:
+        """The zygote exited: its ranks' ends can no longer be known; stop them."""
+        if self.ready is None:
+            self.why = "the zygote exited while importing"
+        self.ready = False
+        for pid in list(self._pending):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self.codes.setdefault(pid, -signal.SIGKILL)
+
+    @property
+    def _pending(self) -> set[int]:
+        return {m["pid"] for m in self.replies.values() if "pid" in m} - set(self.codes)
+
+    def wait_ready(self) -> bool:
+        deadline = time.monotonic() + ZYGOTE_START_TIMEOUT
+        while self.ready is None and time.monotonic() < deadline:
+            if not self.pump(deadline - time.monotonic()):
+                break
+        if self.ready is None:
+            self.ready, self.why = False, f"not ready after {ZYGOTE_START_TIMEOUT:g} s"
+        return bool(self.ready)
+
+    def start(self, spec: Path, env: dict[str, str], log: Path, cwd: str) -> _ZygoteRank | None:
+        """Fork a rank, or None when the zygote refuses (then spawn it)."""
+        if not self.wait_ready():
+            return None
+        rid, self._next_id = self._next_id, self._next_id + 1
+        req = {"id": rid, "spec": str(spec), "env": env, "cwd": cwd, "log": str(log)}
+        try:
+            self.proc.stdin.write((json.dumps(req) + "\n").encode())
+            self.proc.stdin.flush()
+        except OSError:
+            self.ready = False
+            return None
+        while rid not in self.replies:
+            if not self.pump(1.0):
+                return None
+        reply = self.replies[rid]
+        if "pid" not in reply:
+            self.ready, self.why = False, reply.get("error", "refused")
+            return None
+        return _ZygoteRank(self, reply["pid"])
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+_zygotes: dict[tuple, _Zygote] = {}
+_refused: set[tuple] = set()
+
+
+def _preload(item) -> list[str]:
+    """What the zygote for item's ranks imports: the gocl_ranks_preload modules whose package
+    the test module uses (a rank of a JAX test must not get torch, which a spawned one lacks),
+    and the assertion rewriter the runner always uses."""
+    used = {v.__name__.partition(".")[0] for v in vars(item.module).values() if isinstance(v, types.ModuleType)}
+    wanted = (item.config.getini("gocl_ranks_preload") or DEFAULT_PRELOAD).split()
+    return [m for m in wanted if m.partition(".")[0] in used] + ["_pytest.assertion.rewrite"]
+
+
+def _zygote_for(config, env: dict[str, str], preload: list[str]) -> _Zygote | None:
+    """The zygote for ranks with this environment and preload (started on first use), or None to spawn."""
+    mode = os.environ.get("GOCL_PYTEST_START") or config.getini("gocl_ranks_start") or "zygote"
+    if mode not in ("zygote", "spawn"):
+        raise pytest.UsageError(f"gocl_ranks_start / GOCL_PYTEST_START must be zygote or spawn, got {mode!r}")
+    if mode == "spawn":
+        return None
+    base = {k: v for k, v in env.items() if k not in _PER_RANK_VARS}
+    key = (frozenset(base.items()), tuple(preload))
+    if key in _refused:
+        return None
+    z = _zygotes.pop(key, None)
+    if z is not None:
+        _zygotes[key] = z  # the most recently used is evicted last
+    if z is not None and z.ready is False:
+        _refused.add(key)  # unsafe here for good (numpy's threads without OMP_NUM_THREADS=1, ...)
+        _zygotes.pop(key).close()
+        return None
+    if z is None:
+        while len(_zygotes) >= _MAX_ZYGOTES:
+            _zygotes.pop(next(iter(_zygotes))).close()
+        z = _zygotes[key] = _Zygote(base, preload, str(config.invocation_params.dir))
+    return z if z.ready is not False else None
+
+
+def pytest_unconfigure(config):
+    while _zygotes:
+        _zygotes.popitem()[1].close()
 
 
 def _marker_args(item, marker) -> tuple[int, float]:
@@ -129,14 +318,21 @@ def run_ranks(item, n: int, timeout: float) -> None:
         procs: list[subprocess.Popen] = []
         logs = [work / f"rank{r}.log" for r in range(n)]
         try:
+            cwd = str(item.config.invocation_params.dir)
+            preload = _preload(item)
             for r in range(n):
                 env = rank_env(r, n, "127.0.0.1", port)
                 env["GOCL_PYTEST_RANK"] = str(r)
+                zygote = _zygote_for(item.config, env, preload)
+                forked = zygote and zygote.start(work / "spec.json", env, logs[r], cwd)
+                if forked:
+                    procs.append(forked)
+                    continue
                 with open(logs[r], "wb") as log:
                     procs.append(subprocess.Popen(
                         [sys.executable, "-m", "gocl._pytest_runner", str(work / "spec.json")],
                         env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                        start_new_session=True, cwd=str(item.config.invocation_params.dir)))
+                        start_new_session=True, cwd=cwd))
             outcome = _supervise(procs, timeout)
         finally:
             kill_running(procs)

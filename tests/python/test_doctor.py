@@ -100,10 +100,27 @@ def test_main_exit_codes(capfd):
     assert "nonexistent" in capfd.readouterr().err
 
 
-def test_main_on_this_machine(capfd):
+@pytest.fixture(scope="module")
+def this_machine(tmp_path_factory):
+    """One real run, `gocl doctor --json` through doctor.main (this interpreter's
+    torch/JAX, this machine's NVML or none): (exit code, report). The probes
+    import torch and JAX (about 10 s of CPU), so the tests below share it."""
+    out = tmp_path_factory.mktemp("doctor") / "stdout.json"
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(out, "wb") as f:
+            os.dup2(f.fileno(), 1)  # main's gocl-doctor writes straight to fd 1
+            code = doctor.main(["--json"])
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    return code, json.loads(out.read_text())
+
+
+def test_main_on_this_machine(this_machine):
     """The real run: this interpreter's torch/JAX, this machine's NVML (or none)."""
-    code = doctor.main(["--json"])
-    r = json.loads(capfd.readouterr().out)
+    code, r = this_machine
     assert code in (0, 1)
     facts = r["facts"]
     assert Path(facts["python"]["executable"]).resolve() == Path(sys.executable).resolve()
@@ -133,12 +150,13 @@ def _pythons():
 
 
 @pytest.mark.parametrize("python", _pythons())
-def test_real_torch_on_a_grafted_rtx5090(python, tmp_path):
+def test_real_torch_on_a_grafted_rtx5090(python, tmp_path, request):
     """Real torch facts from an interpreter, an RTX 5090 added: the verdict
-    must follow the real arch list (error exactly when it lacks sm_120)."""
+    must follow the real arch list (error exactly when it lacks sm_120).
+    This interpreter's facts come from the this_machine run."""
     if python == sys.executable and importlib.util.find_spec("torch") is None:
         pytest.skip("torch is not installed in this interpreter")
-    r = doctor.report(python=python)
+    r = request.getfixturevalue("this_machine")[1] if python == sys.executable else doctor.report(python=python)
     torch = r["facts"].get("torch")
     if not torch or not torch.get("cuda") or not torch.get("arch_list"):
         pytest.skip(f"no CUDA build of torch in {python}: {r['facts'].get('missing', {}).get('torch')}")

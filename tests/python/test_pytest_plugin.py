@@ -6,6 +6,7 @@ plugin comes from the installed package's entry point there too).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -14,11 +15,11 @@ import time
 import pytest
 
 
-def run_pytest(tmp_path, source: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def run_pytest(tmp_path, source: str, *args: str, timeout: float = 120, env=None) -> subprocess.CompletedProcess:
     (tmp_path / "test_tiny.py").write_text(textwrap.dedent(source))
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir",
                            str(tmp_path), str(tmp_path / "test_tiny.py"), *args],
-                          capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+                          capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=env)
 
 
 @pytest.mark.ranks(2)
@@ -147,3 +148,69 @@ def test_crash_without_traceback_and_refused_fixture(tmp_path):
     assert r.returncode == 1, out + r.stderr
     assert "rank 1 failed (exit code 7)" in out and "about to die" in out
     assert "fixture(s) monkeypatch act on the pytest process" in out
+
+
+ZYGOTE_CASES = """
+    import os
+    import sys
+    import numpy as np
+    import pytest
+    import gocl
+    import gocl._lib
+    {extra_import}
+
+    def started_by():
+        return sys.modules["__main__"].__spec__.name
+
+    @pytest.mark.ranks(2)
+    @pytest.mark.parametrize("round", [1, 2])
+    def test_rank(round):
+        assert started_by() == os.environ["WANT_START"], started_by()
+        assert os.getsid(0) == os.getpid()  # its own session, as a spawned rank
+        assert os.environ["WORLD_SIZE"] == "2" and os.environ["GOCL_PYTEST_RANK"] == os.environ["RANK"]
+        assert os.environ["PYTEST_CURRENT_TEST"].endswith(f"[{{round}}] (call)")
+        with open(os.path.join(os.environ["PARENTS"], f"{{round}}-{{os.environ['RANK']}}"), "w") as f:
+            f.write(str(os.getppid()))
+        with gocl.Communicator.from_env() as comm:
+            assert comm.all_reduce(np.full(3, comm.rank + round, np.float32))[0] == 1 + 2 * round
+"""
+
+
+@pytest.mark.parametrize("case", ["zygote", "libgocl-loaded", "spawn"])
+def test_ranks_fork_from_a_zygote_only_when_safe(tmp_path, case):
+    """Ranks fork from a zygote that imported numpy; when libgocl is loaded
+    there (a preloaded module loads it) the zygote refuses and ranks spawn;
+    GOCL_PYTEST_START=spawn spawns. Every rank passes either way."""
+    (tmp_path / "loads_gocl.py").write_text("import gocl._lib\ngocl._lib.lib()\n")
+    env = dict(os.environ, GOCL_PYTEST_START="spawn" if case == "spawn" else "zygote",
+               WANT_START="gocl._pytest_zygote" if case == "zygote" else "gocl._pytest_runner")
+    extra = ["-o", "gocl_ranks_preload=numpy loads_gocl"] if case == "libgocl-loaded" else []
+    source = ZYGOTE_CASES.format(extra_import="import loads_gocl" if case == "libgocl-loaded" else "")
+    parents = tmp_path / "parents"
+    parents.mkdir()
+    env["PARENTS"] = str(parents)
+    r = run_pytest(tmp_path, source, *extra, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "2 passed" in r.stdout, r.stdout
+    # Both tests' ranks come from one parent: the one zygote, or the pytest process.
+    assert len({p.read_text() for p in parents.iterdir()}) == 1, [p.read_text() for p in parents.iterdir()]
+
+
+def test_zygote_refuses_with_libgocl_loaded_or_threads():
+    code = textwrap.dedent("""
+        import threading, time
+        from gocl._pytest_zygote import unsafe_to_fork
+        print(unsafe_to_fork())
+        t = threading.Thread(target=time.sleep, args=(1,)); t.start()
+        print(unsafe_to_fork()); t.join()
+        import gocl._lib
+        gocl._lib.lib()
+        print(unsafe_to_fork())
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    lines = r.stdout.splitlines()
+    assert r.returncode == 0 and len(lines) == 3, r.stdout + r.stderr
+    assert lines[0] == "None"
+    assert lines[1].startswith("2 threads"), lines
+    assert lines[2].startswith("libgocl.so is loaded"), lines
