@@ -16,11 +16,7 @@ import (
 // the same call on the other ranks. Run with -race, it also checks the lanes.
 func TestLanesAgreeOnOrder(t *testing.T) {
 	const n, sites, rounds, count = 3, 5, 10, 257
-	h, err := newWorld(nil, 1, 0, n, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { takeWorld(h).close(false) }()
+	h, _ := testWorld(t, n)
 	var wg sync.WaitGroup
 	errs := make(chan error, n*sites*rounds)
 	for r := 0; r < n; r++ {
@@ -100,11 +96,7 @@ func TestSubmitRejectsBadCalls(t *testing.T) {
 // a call it has not made yet hands the lane to its goroutine and returns;
 // both calls then finish there, paired with rank 0's.
 func TestInlineCallerHandsOff(t *testing.T) {
-	h, err := newWorld(nil, 1, 0, 2, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { takeWorld(h).close(false) }()
+	h, _ := testWorld(t, 2)
 	in := [2][2][4]float32{} // [rank][site A, B]
 	out := [2][2][4]float32{}
 	for r := range 2 {
@@ -162,11 +154,7 @@ func TestInlineCallerHandsOff(t *testing.T) {
 // ranks, against values computed here.
 func TestEveryKindSettledAndRun(t *testing.T) {
 	const n = 3
-	h, err := newWorld(nil, 1, 0, n, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { takeWorld(h).close(false) }()
+	h, _ := testWorld(t, n)
 	val := func(r, i int) int32 { return int32((i*7+r*3)%5 + 1) }
 	site := int64(0)
 	for _, elems := range []int{3 * n, n * (inlineLimit(n)/4/n + 1)} { // 4-byte elements: inline, then not
@@ -266,14 +254,7 @@ func TestMismatchedCallFailsEveryRank(t *testing.T) {
 // call is settled by the order round alone, with no collective of its own.
 func TestOneAtATimeIsSettledByTheRound(t *testing.T) {
 	const n, calls = 2, 50
-	h, err := newWorld(nil, 1, 0, n, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { takeWorld(h).close(false) }()
-	worldsMu.Lock()
-	w := worlds[h]
-	worldsMu.Unlock()
+	h, w := testWorld(t, n)
 	var wg sync.WaitGroup
 	for r := range n {
 		wg.Add(1)
@@ -304,14 +285,7 @@ func TestOneAtATimeIsSettledByTheRound(t *testing.T) {
 // positions, inputs carried, and names the rest in rank 0's order.
 func TestRoundSettlesTheCommonPrefix(t *testing.T) {
 	const n = 3
-	h, err := newWorld(nil, 1, 0, n, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { takeWorld(h).close(false) }()
-	worldsMu.Lock()
-	w := worlds[h]
-	worldsMu.Unlock()
+	_, w := testWorld(t, n)
 	small, large := 4, inlineLimit(n) // float32 elements: D's input does not fit
 	for _, c := range []struct {
 		name   string
@@ -393,4 +367,17 @@ func TestRoundSettlesTheCommonPrefix(t *testing.T) {
 			l.mu.Unlock()
 		}
 	}
+}
+
+// testWorld is an in-process world of n device ranks, closed when the test ends.
+func testWorld(t *testing.T, n int) (int64, *world) {
+	t.Helper()
+	h, err := newWorld(nil, 1, 0, n, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { takeWorld(h).close(false) })
+	worldsMu.Lock()
+	defer worldsMu.Unlock()
+	return h, worlds[h]
 }

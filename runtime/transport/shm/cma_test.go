@@ -2,11 +2,8 @@ package shm
 
 import (
 	"bytes"
-	"net"
-	"os"
 	"os/exec"
 	"testing"
-	"time"
 
 	"gocl/runtime/transport"
 	"gocl/runtime/transport/transporttest"
@@ -15,35 +12,9 @@ import (
 
 // cmaPair connects two links of this process, each end offering CMA or not.
 func cmaPair(t testing.TB, offerA, offerB bool) (*link, *link) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	acc := make(chan net.Conn, 1)
-	go func() { c, _ := ln.Accept(); acc <- c }()
-	ca, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cb := <-acc
-	dl := time.Now().Add(10 * time.Second)
-	type res struct {
-		l   transport.Link
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		l, err := Connect(cb, 1, 0, os.Getpid(), Options{CMA: offerB}, dl)
-		ch <- res{l, err}
-	}()
-	a, err := Connect(ca, 0, 1, os.Getpid(), Options{CMA: offerA}, dl)
-	r := <-ch
-	if err != nil || r.err != nil {
-		t.Fatalf("connect: %v / %v", err, r.err)
-	}
-	t.Cleanup(func() { a.Close(); r.l.Close() })
-	return a.(*link), r.l.(*link)
+	a, b := connectPair(t, Options{CMA: offerA}, Options{CMA: offerB})
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a.(*link), b.(*link)
 }
 
 func TestCMAAgreedByBothEnds(t *testing.T) {

@@ -3,7 +3,6 @@ package shm_test
 import (
 	"errors"
 	"io"
-	"net"
 	"os"
 	"testing"
 	"time"
@@ -14,45 +13,13 @@ import (
 	"gocl/runtime/wire"
 )
 
-// tcpPair returns both ends of one loopback TCP connection.
-func tcpPair(t testing.TB) (net.Conn, net.Conn) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	acc := make(chan net.Conn, 1)
-	go func() { c, _ := ln.Accept(); acc <- c }()
-	a, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a, <-acc
-}
-
 func pair(t *testing.T) (transport.Link, transport.Link) { return connect(t) }
 
 func connect(t testing.TB) (transport.Link, transport.Link) { return connectChannels(t, 1, 1) }
 
 // connectChannels connects a pair whose ends offer chA and chB channels.
 func connectChannels(t testing.TB, chA, chB int) (transport.Link, transport.Link) {
-	ca, cb := tcpPair(t)
-	dl := time.Now().Add(10 * time.Second)
-	type res struct {
-		l   transport.Link
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		l, err := shm.Connect(cb, 1, 0, os.Getpid(), shm.Options{Channels: chB}, dl)
-		ch <- res{l, err}
-	}()
-	a, err := shm.Connect(ca, 0, 1, os.Getpid(), shm.Options{Channels: chA}, dl)
-	r := <-ch
-	if err != nil || r.err != nil {
-		t.Fatalf("connect: %v / %v", err, r.err)
-	}
-	return a, r.l
+	return shm.ConnectPair(t, shm.Options{Channels: chA}, shm.Options{Channels: chB})
 }
 
 func TestConformance(t *testing.T) { transporttest.Run(t, pair) }
@@ -174,7 +141,7 @@ func BenchmarkPingPong(b *testing.B) {
 // When one side cannot map the other's segment, both sides get
 // ErrUnavailable and the control connection is left clean for a fallback.
 func TestUnavailableFallsBackTogether(t *testing.T) {
-	ca, cb := tcpPair(t)
+	ca, cb := shm.TCPPair(t)
 	defer ca.Close()
 	defer cb.Close()
 	dl := time.Now().Add(10 * time.Second)
