@@ -193,22 +193,22 @@ func allReduceSmall(c *Ctx, send, recv []byte, size int) error {
 		c.Fail(err)
 		return err
 	}
-	if c.Red.NeedsPrepare() {
-		reduceInOrder(c, recv, slot)
-	} else { // the first two inputs in one pass
-		c.Red.Accumulate(recv, slot(0), slot(1))
-		for q := 2; q < n; q++ {
-			c.Red.Accumulate(recv, recv, slot(q))
-		}
-	}
+	reduceInOrder(c, recv, slot)
 	c.Red.Finalize(recv)
 	return nil
 }
 
-// reduceInOrder writes pre(slot(0)) ⊕ pre(slot(1)) ⊕ ... into dst.
+// reduceInOrder writes pre(slot(0)) ⊕ pre(slot(1)) ⊕ ... into dst. When
+// the first input needs no pre(), it is reduced with the second in one pass.
 func reduceInOrder(c *Ctx, dst []byte, slot func(p int) []byte) {
-	c.Red.Prepare(dst, slot(0))
-	for p := 1; p < c.N; p++ {
+	p := 1
+	if c.N > 1 && !c.Red.NeedsPrepare() {
+		c.Red.Accumulate(dst, slot(0), slot(1))
+		p = 2
+	} else {
+		c.Red.Prepare(dst, slot(0))
+	}
+	for ; p < c.N; p++ {
 		c.Red.Accumulate(dst, dst, slot(p))
 	}
 }
