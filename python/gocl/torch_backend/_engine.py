@@ -1039,11 +1039,18 @@ class Engine:
     def end_coalescing(self) -> GoclWork:
         return self.executor.end_coalescing(async_op=True)
 
+    # How long shutdown() waits for the next queued launch to finish before
+    # it counts the work stuck (well inside the 1 s in which abort ends it).
+    _SHUTDOWN_GRACE = 0.5
+
     def shutdown(self) -> None:
         """Destroy the group once its queued work is done (what
-        destroy_process_group needs). Another thread inside one of the
-        group's calls holds the executor's lock: that call may be stuck on a
-        peer, so the group is aborted, which ends it at once, as abort() does."""
+        destroy_process_group needs). Work stuck on a peer is not waited
+        for: when another thread is inside one of the group's calls (it
+        holds the executor's lock), or the queued work stops completing for
+        _SHUTDOWN_GRACE (a launch stuck on a peer, perhaps with another
+        thread in its Work.wait()), the group is aborted, which ends that
+        work at once with the abort's error, as abort() does."""
         if self._shut:
             return
         self._shut = True
@@ -1051,11 +1058,24 @@ class Engine:
         if not ex.lock.acquire(blocking=False):
             self.comm.abort()
             return
+        aborted = False
         try:
-            ex.close()
+            ex.flush()  # held-back sends and receives go out, as destroying the group promises
+            for mark, _ in list(ex._inflight):  # in stream order; each gets the grace anew
+                try:
+                    mark.wait(self._SHUTDOWN_GRACE)
+                except TimeoutError:
+                    self.comm.abort()
+                    aborted = True
+                    break
+            try:
+                ex.close()
+            except Exception:  # noqa: BLE001
+                if not aborted:  # the stream's error after an abort is the aborted work's, told by its Works
+                    raise
         finally:
             ex.lock.release()
-            self.comm.destroy()
+            self.comm.destroy()  # nothing to do after an abort
 
     def abort(self) -> None:
         if self._shut:
