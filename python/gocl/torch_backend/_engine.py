@@ -1039,18 +1039,19 @@ class Engine:
     def end_coalescing(self) -> GoclWork:
         return self.executor.end_coalescing(async_op=True)
 
-    # How long shutdown() waits for the next queued launch to finish before
-    # it counts the work stuck (well inside the 1 s in which abort ends it).
-    _SHUTDOWN_GRACE = 0.5
+    # How long shutdown() lets queued work that another thread waits on go
+    # without a launch finishing before it aborts (Comm.Destroy's grace for a
+    # call in progress).
+    _SHUTDOWN_GRACE = 0.1
 
     def shutdown(self) -> None:
         """Destroy the group once its queued work is done (what
-        destroy_process_group needs). Work stuck on a peer is not waited
-        for: when another thread is inside one of the group's calls (it
-        holds the executor's lock), or the queued work stops completing for
-        _SHUTDOWN_GRACE (a launch stuck on a peer, perhaps with another
-        thread in its Work.wait()), the group is aborted, which ends that
-        work at once with the abort's error, as abort() does."""
+        destroy_process_group needs). Work another thread is stuck in is not
+        waited for: when another thread is inside one of the group's calls
+        (it holds the executor's lock), or blocked in a wait on the group's
+        queued work that has not finished a launch for _SHUTDOWN_GRACE, the
+        group is aborted, which ends that work at once with the abort's
+        error, as abort() does."""
         if self._shut:
             return
         self._shut = True
@@ -1061,12 +1062,17 @@ class Engine:
         aborted = False
         try:
             ex.flush()  # held-back sends and receives go out, as destroying the group promises
-            for mark, _ in list(ex._inflight):  # in stream order; each gets the grace anew
-                try:
-                    mark.wait(self._SHUTDOWN_GRACE)
-                except TimeoutError:
-                    self.comm.abort()
-                    aborted = True
+            me = threading.get_ident()
+            for mark, _ in list(ex._inflight):  # in stream order; each launch restarts the grace
+                since, nap = time.monotonic(), 0.0002
+                while not mark.query():
+                    if ex.waiters - {me} and time.monotonic() - since > self._SHUTDOWN_GRACE:
+                        self.comm.abort()
+                        aborted = True
+                        break
+                    time.sleep(nap)
+                    nap = min(2 * nap, 0.005)
+                if aborted:
                     break
             try:
                 ex.close()
