@@ -335,17 +335,22 @@ func (c *Comm) waitQueued() {
 const destroyGrace = 100 * time.Millisecond
 
 // Destroy waits for queued work, then closes the links and frees the comm.
-// A call another thread is still in (stuck on a peer, perhaps) is failed as
-// Abort fails it.
+// A call another thread is still in (stuck on a peer, perhaps) gets
+// destroyGrace to finish, then is failed as Abort fails it.
 func (c *Comm) Destroy() error {
 	c.waitQueued()
-	for end := time.Now().Add(destroyGrace); !c.opMu.TryLock(); time.Sleep(time.Millisecond) {
-		if time.Now().After(end) {
+	if !c.opMu.TryLock() {
+		locked := make(chan struct{})
+		go func() { c.opMu.Lock(); close(locked) }() // Destroy owns the lock once it is taken
+		grace := time.NewTimer(destroyGrace)
+		select {
+		case <-locked:
+		case <-grace.C:
 			c.fail(transport.NewError(transport.Error{Kind: transport.KindPeerFailed, Self: c.rank, Peer: c.rank, Via: -1,
 				Detail: "the communicator was destroyed by another thread during this call (destroy aborts calls in progress)"}))
-			c.opMu.Lock()
-			break
+			<-locked
 		}
+		grace.Stop()
 	}
 	defer c.opMu.Unlock()
 	c.release()

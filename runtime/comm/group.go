@@ -73,9 +73,8 @@ func (g *Group) Run() error {
 // hands nothing to another goroutine and allocates nothing.
 func (c *Comm) Run(s *stream.Stream, op Op) error {
 	if s == nil && op.Coll != wire.SendRecv {
-		if err := c.usable(); err != nil {
-			return err
-		}
+		// executeOne checks usable() under opMu (Group.Add checks it early
+		// because a queued batch runs later)
 		if err := c.prepare(&op); err != nil {
 			return err
 		}

@@ -1039,11 +1039,19 @@ class Engine:
     def end_coalescing(self) -> GoclWork:
         return self.executor.end_coalescing(async_op=True)
 
+    # How long shutdown() lets queued work that another thread waits on go
+    # without a launch finishing before it aborts (Comm.Destroy's grace for a
+    # call in progress).
+    _SHUTDOWN_GRACE = 0.1
+
     def shutdown(self) -> None:
         """Destroy the group once its queued work is done (what
-        destroy_process_group needs). Another thread inside one of the
-        group's calls holds the executor's lock: that call may be stuck on a
-        peer, so the group is aborted, which ends it at once, as abort() does."""
+        destroy_process_group needs). Work another thread is stuck in is not
+        waited for: when another thread is inside one of the group's calls
+        (it holds the executor's lock), or blocked in a wait on the group's
+        queued work that has not finished a launch for _SHUTDOWN_GRACE, the
+        group is aborted, which ends that work at once with the abort's
+        error, as abort() does."""
         if self._shut:
             return
         self._shut = True
@@ -1051,11 +1059,29 @@ class Engine:
         if not ex.lock.acquire(blocking=False):
             self.comm.abort()
             return
+        aborted = False
         try:
-            ex.close()
+            ex.flush()  # held-back sends and receives go out, as destroying the group promises
+            me = threading.get_ident()
+            for mark, _ in list(ex._inflight):  # in stream order; each launch restarts the grace
+                since, nap = time.monotonic(), 0.0002
+                while not mark.query():
+                    if ex.waiters - {me} and time.monotonic() - since > self._SHUTDOWN_GRACE:
+                        self.comm.abort()
+                        aborted = True
+                        break
+                    time.sleep(nap)
+                    nap = min(2 * nap, 0.005)
+                if aborted:
+                    break
+            try:
+                ex.close()
+            except Exception:  # noqa: BLE001
+                if not aborted:  # the stream's error after an abort is the aborted work's, told by its Works
+                    raise
         finally:
             ex.lock.release()
-            self.comm.destroy()
+            self.comm.destroy()  # nothing to do after an abort
 
     def abort(self) -> None:
         if self._shut:

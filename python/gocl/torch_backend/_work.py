@@ -167,14 +167,19 @@ class _Mark:
     def wait(self, seconds: float = 0.0) -> None:
         if self.done:
             return
-        if not seconds:
-            self._seen(_event_sync(self.ev))  # ctypes releases the GIL while libgocl waits
-            return
-        deadline = time.monotonic() + seconds
-        while not self.query():
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"gocl {self.ex.name}: operation did not complete within {seconds:g} s")
-            time.sleep(0.0002)
+        me = threading.get_ident()
+        self.ex.waiters.add(me)  # Engine.shutdown() aborts rather than outwaits a stuck wait
+        try:
+            if not seconds:
+                self._seen(_event_sync(self.ev))  # ctypes releases the GIL while libgocl waits
+                return
+            deadline = time.monotonic() + seconds
+            while not self.query():
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(f"gocl {self.ex.name}: operation did not complete within {seconds:g} s")
+                time.sleep(0.0002)
+        finally:
+            self.ex.waiters.discard(me)
 
     def __del__(self):
         if self.ev is not None:
@@ -401,6 +406,7 @@ class Executor:
         self._p2p: list = []  # (task, work) held back (see module docstring)
         self._batch: list | None = None  # (task, work) collected while coalescing
         self._closed = False
+        self.waiters: set[int] = set()  # threads blocked waiting on this group's queued work
         _executors.add(self)
         _warn_window()
 

@@ -10,14 +10,17 @@ import (
 )
 
 // pair connects two ends over two loopback TCP connections (striping on).
-func pair(t *testing.T) (transport.Link, transport.Link) {
+func pair(t *testing.T) (transport.Link, transport.Link) { return pairOf(t, 2) }
+
+// pairOf connects two ends over conns loopback TCP connections.
+func pairOf(t *testing.T, conns int) (transport.Link, transport.Link) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
 	var as, bs []net.Conn
-	for range 2 {
+	for range conns {
 		acc := make(chan net.Conn, 1)
 		go func() { c, _ := ln.Accept(); acc <- c }()
 		a, err := net.Dial("tcp", ln.Addr().String())
@@ -30,3 +33,8 @@ func pair(t *testing.T) (transport.Link, transport.Link) {
 }
 
 func TestConformance(t *testing.T) { transporttest.Run(t, pair) }
+
+// One connection per peer (GOCL_NSOCKS_PERTHREAD=1): no striping.
+func TestConformanceOneConnection(t *testing.T) {
+	transporttest.Run(t, func(t *testing.T) (transport.Link, transport.Link) { return pairOf(t, 1) })
+}

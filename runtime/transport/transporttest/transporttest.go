@@ -57,6 +57,46 @@ func Run(t *testing.T, pair Pair) {
 	t.Run("Buffered", func(t *testing.T) { testBuffered(t, pair) })
 	t.Run("Lender", func(t *testing.T) { testLender(t, pair) })
 	t.Run("Prober", func(t *testing.T) { testProber(t, pair) })
+	t.Run("Streamer", func(t *testing.T) { testStreamer(t, pair) })
+}
+
+// Streamer: RecvPieces covers every frame with consecutive pieces, in order,
+// each a multiple of 64 bytes but the last, holding the frame's bytes.
+func testStreamer(t *testing.T, pair Pair) {
+	a, b := open(t, pair)
+	s, ok := b.(transport.Streamer)
+	if !ok {
+		t.Skipf("%s is not a transport.Streamer", b.Name())
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	for i, n := range Sizes {
+		if n == 0 || testing.Short() && n > 3<<20 {
+			continue
+		}
+		m := fill(r, n)
+		done := goSend(func() error { return a.Send(hdr(i), m) })
+		want := hdr(i)
+		want.Len = uint64(n)
+		got := make([]byte, 0, n)
+		err := s.RecvPieces(want, func(off int, p []byte) {
+			if off != len(got) {
+				t.Errorf("%d bytes: piece at %d, want %d", n, off, len(got))
+			}
+			if off+len(p) < n && len(p)%64 != 0 {
+				t.Errorf("%d bytes: inner piece of %d bytes", n, len(p))
+			}
+			got = append(got, p...)
+		})
+		if err != nil {
+			t.Fatalf("%d bytes: %v", n, err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("%d bytes: send: %v", n, err)
+		}
+		if !bytes.Equal(got, m) {
+			t.Fatalf("%d bytes: pieces differ from the frame", n)
+		}
+	}
 }
 
 func open(t *testing.T, pair Pair) (a, b transport.Link) {

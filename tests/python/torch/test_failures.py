@@ -56,11 +56,12 @@ def test_dead_peer_fails_the_survivor():
 
 
 @pytest.mark.ranks(2)
-@pytest.mark.parametrize("how", ["backend.abort", "backend.shutdown", "group.shutdown"])
+@pytest.mark.parametrize("how", ["backend.abort", "backend.shutdown", "group.shutdown", "group.shutdown.queued"])
 def test_abort_from_another_thread_unblocks_a_stuck_all_reduce(how):
     """abort() and shutdown(), on the backend or on torch's ProcessGroup,
-    called while another thread is stuck in a collective, end that call
-    within 1 s (shutdown waits only for work nobody is stuck in)."""
+    called while another thread is stuck in a collective (or, queued: in
+    Work.wait() of an asynchronous one on the group's stream), end that call
+    within 1 s (shutdown outwaits only work no other thread is stuck in)."""
     import threading
     import time
 
@@ -74,7 +75,10 @@ def test_abort_from_another_thread_unblocks_a_stuck_all_reduce(how):
 
     def stuck():
         try:
-            dist.all_reduce(torch.ones(1 << 16))
+            if how.endswith(".queued"):
+                dist.all_reduce(torch.ones(1 << 16), async_op=True).wait()
+            else:
+                dist.all_reduce(torch.ones(1 << 16))
         except Exception as e:  # noqa: BLE001 - whatever torch wraps it in
             out["err"] = e
         out["t"] = time.monotonic()
@@ -84,7 +88,7 @@ def test_abort_from_another_thread_unblocks_a_stuck_all_reduce(how):
     time.sleep(0.3)
     assert t.is_alive()
     start = time.monotonic()
-    owner, method = how.split(".")
+    owner, method = how.split(".")[:2]
     target = dist.group.WORLD if owner == "group" else dist.group.WORLD._get_backend(torch.device("cpu"))
     getattr(target, method)()
     assert time.monotonic() - start < 1.0, f"{how}() itself took {time.monotonic() - start:.2f} s"
@@ -93,3 +97,20 @@ def test_abort_from_another_thread_unblocks_a_stuck_all_reduce(how):
     assert out["t"] - start < 1.0, f"{how}() took {out['t'] - start:.2f} s to unblock the all_reduce"
     assert "abort" in str(out.get("err")), out
     os._exit(0)  # skip destroy/atexit: the group is aborted
+
+
+@pytest.mark.ranks(2)
+def test_shutdown_finishes_queued_work_of_a_late_peer():
+    """destroy_process_group() right after an asynchronous all_reduce nobody
+    waits on: shutdown waits for it, though the peer joins the call 1.5 s
+    later, instead of aborting it; both ranks get the sum."""
+    import time
+
+    dist.init_process_group("gocl", timeout=datetime.timedelta(seconds=60))
+    rank = dist.get_rank()
+    t = torch.full((1 << 16,), float(rank + 1))
+    if rank == 1:
+        time.sleep(1.5)
+    dist.all_reduce(t, async_op=True)
+    dist.destroy_process_group()
+    assert torch.equal(t, torch.full((1 << 16,), 3.0)), t[:4]
