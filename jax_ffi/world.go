@@ -346,8 +346,13 @@ func (l *lane) runInline(mine *call, later func() func(error)) (ran bool, res er
 		} else {
 			l.owner = idle
 		}
+		// Wake the goroutine only when it has something to do: waking it for
+		// nothing after every inline call cost a thread wake-up per call.
+		wake := l.owner == goroutine || l.stopped != nil
 		l.mu.Unlock()
-		l.poke()
+		if wake {
+			l.poke()
+		}
 	}
 	defer func() {
 		if p := recover(); p != nil {
