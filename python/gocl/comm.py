@@ -357,6 +357,10 @@ class Communicator:
 
     def _reduction(self, name: str, dt: np.dtype, op: Any) -> tuple[int, int, bytes | None]:
         """(gocl dtype, gocl op, premul scalar bytes or None) for a reduction."""
+        if type(op) is str:
+            fast = _FAST_REDUCE.get((dt, op))
+            if fast is not None:  # accepted before: the checks below would pass again
+                return fast[0], fast[1], None
         if isinstance(op, PreMulSum):
             opv, opname = -1, "premul_sum"
         elif isinstance(op, str) and op.lower() in _OPS:
