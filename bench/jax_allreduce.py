@@ -105,7 +105,8 @@ def worker(args) -> None:
                 times[name].append(burst(name, int(iters[0])))
         if rank == 0:
             print(json.dumps({"size": size, "iters": int(iters[0]), "ok": ok,
-                              **{name: statistics.median(t) for name, t in times.items()}}), flush=True)
+                              **{name: statistics.median(t) for name, t in times.items()},
+                              "spread": {name: [min(t), max(t)] for name, t in times.items()}}), flush=True)
     if lock is not None:
         lock.close()
     comm.destroy()
@@ -142,17 +143,25 @@ def main() -> None:
         if line.startswith("{"):
             row = json.loads(line)
             rows.append(row)
+            lo, hi = row["spread"]["gocl"]
             print(f"  {human(row['size']):>8}: gloo {row['gloo'] * 1e6:10.1f} us  gocl.jax {row['gocl'] * 1e6:10.1f} us"
-                  f"  numpy {row['numpy'] * 1e6:10.1f} us  ratio {row['gloo'] / row['gocl']:5.2f}",
-                  file=sys.stderr, flush=True)
+                  f" ({lo * 1e6:.0f}-{hi * 1e6:.0f})  numpy {row['numpy'] * 1e6:10.1f} us"
+                  f"  ratio {row['gloo'] / row['gocl']:5.2f}", file=sys.stderr, flush=True)
         elif line.strip():
             print(line.rstrip(), file=sys.stderr)
     codes = [p.wait() for p in procs]
     if any(codes):
         raise SystemExit(f"a rank failed (exit codes {codes})")
-    head = ["size", "gloo psum us", "gocl.jax us", "gocl numpy us", "gloo/gocl.jax"]
+    # The rounds' spread of each column shows an outlier round (one slow
+    # stretch of a loaded machine) next to a median it did not move.
+    def spread(r, name):
+        lo, hi = r["spread"][name]
+        return f"{lo * 1e6:.0f}-{hi * 1e6:.0f}"
+
+    head = ["size", "gloo psum us", "gocl.jax us", "gocl numpy us", "gloo/gocl.jax", "gloo range", "gocl.jax range"]
     body = [[human(r["size"]), f"{r['gloo'] * 1e6:.1f}", f"{r['gocl'] * 1e6:.1f}", f"{r['numpy'] * 1e6:.1f}",
-             f"{r['gloo'] / r['gocl']:.2f}" + ("" if r["ok"] else " (WRONG RESULT)")] for r in rows]
+             f"{r['gloo'] / r['gocl']:.2f}" + ("" if r["ok"] else " (WRONG RESULT)"), spread(r, "gloo"),
+             spread(r, "gocl")] for r in rows]
     if args.markdown:
         print("\n".join(["| " + " | ".join(head) + " |", "|" + "|".join("---:" for _ in head) + "|"]
                         + ["| " + " | ".join(r) + " |" for r in body]))

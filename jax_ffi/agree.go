@@ -3,6 +3,7 @@ package jaxffi
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"unsafe"
 
 	"gocl/kernels"
@@ -49,12 +50,14 @@ func blockBytes(n int) int { return payloadOff + inlineLimit(n) }
 // names the calls to run next, in order, as ordinary collectives.
 func (l *lane) agree() (settled []*call, settledErrs []error, batch []tag, err error) {
 	l.mu.Lock()
-	mine := append([]tag(nil), l.order[:min(len(l.order), maxBatch)]...)
-	calls := make([]*call, len(mine))
-	for i, t := range mine {
-		calls[i] = l.pending[t]
+	mine := append(l.mine[:0], l.order[:min(len(l.order), maxBatch)]...)
+	calls := l.calls[:0]
+	for _, t := range mine {
+		calls = append(calls, l.pending[t])
 	}
+	l.mine, l.calls = mine, calls // scratch for the next round (the owner's alone)
 	l.mu.Unlock()
+	defer clear(calls) // keep no finished call (and its buffers) reachable
 	n := l.c.NRanks()
 	if n == 1 {
 		return nil, nil, mine, nil
@@ -89,18 +92,15 @@ func (l *lane) agree() (settled []*call, settledErrs []error, batch []tag, err e
 	// ranks see the same blocks, so all fail alike. Meanwhile find how many
 	// of rank 0's calls every rank proposed at the same position, input
 	// carried.
-	at := make(map[tag]int, len(batch))
-	for i, t := range batch {
-		at[t] = i
-	}
 	common := carriedOf(block(0), len(batch))
 	for r := 1; r < n; r++ {
 		b := block(r)
-		tags := getTags(b)
+		ntags := numTags(b)
 		prefix := 0
-		for j, t := range tags {
-			i, ok := at[t]
-			if !ok {
+		for j := range ntags {
+			t := tagAt(b, j)
+			i := slices.Index(batch, t) // at most maxBatch: no map to build per round
+			if i < 0 {
 				continue
 			}
 			if want, got := sigOf(block(0), i), sigOf(b, j); got != want {
@@ -114,7 +114,7 @@ func (l *lane) agree() (settled []*call, settledErrs []error, batch []tag, err e
 				prefix++
 			}
 		}
-		common = min(common, prefix, carriedOf(b, len(tags)))
+		common = min(common, prefix, carriedOf(b, ntags))
 	}
 	// The common calls are this rank's first ones too, with the same
 	// arguments, so their inputs sit at the same offsets in every block.
@@ -126,7 +126,7 @@ func (l *lane) agree() (settled []*call, settledErrs []error, batch []tag, err e
 		}
 		l.settled.Add(1)
 		settled = append(settled, c)
-		settledErrs = append(settledErrs, c.r.settle(l.round, off, me, n))
+		settledErrs = append(settledErrs, c.r.settle(l.round, off, me, n, l.reducer))
 		off += c.r.inputBytes()
 	}
 	return settled, settledErrs, batch[common:], nil
@@ -140,11 +140,16 @@ func putTags(b []byte, tags []tag) {
 	}
 }
 
+func numTags(b []byte) int { return min(int(binary.LittleEndian.Uint64(b)), maxBatch) }
+
+func tagAt(b []byte, i int) tag {
+	return tag{int64(binary.LittleEndian.Uint64(b[tagsOff+16*i:])), binary.LittleEndian.Uint64(b[tagsOff+8+16*i:])}
+}
+
 func getTags(b []byte) []tag {
-	k := min(int(binary.LittleEndian.Uint64(b)), maxBatch)
-	tags := make([]tag, k)
+	tags := make([]tag, numTags(b))
 	for i := range tags {
-		tags[i] = tag{int64(binary.LittleEndian.Uint64(b[tagsOff+16*i:])), binary.LittleEndian.Uint64(b[tagsOff+8+16*i:])}
+		tags[i] = tagAt(b, i)
 	}
 	return tags
 }
@@ -181,8 +186,9 @@ func describe(s signature) string {
 func (r *request) inputBytes() int { return r.nsend * kernels.DataType(r.dtype).Size() }
 
 // settle computes rank me's result of r from every rank's input, gathered
-// in round (rank q's input at offset off of block q's payload).
-func (r *request) settle(round []byte, off, me, n int) (err error) {
+// in round (rank q's input at offset off of block q's payload); reducer
+// gives the reduction of a dtype and op.
+func (r *request) settle(round []byte, off, me, n int, reducer func(kernels.DataType, kernels.RedOp) (*kernels.Reducer, error)) (err error) {
 	defer status.Catch(&err)
 	es := kernels.DataType(r.dtype).Size()
 	in := func(q int) []byte {
@@ -191,7 +197,7 @@ func (r *request) settle(round []byte, off, me, n int) (err error) {
 	}
 	out := unsafe.Slice((*byte)(r.recv), r.nrecv*es)
 	reduce := func(part func(q int) []byte) error {
-		red, err := kernels.NewReducer(kernels.DataType(r.dtype), kernels.RedOp(r.op), n, nil)
+		red, err := reducer(kernels.DataType(r.dtype), kernels.RedOp(r.op))
 		if err != nil {
 			return status.Errorf(status.InvalidArgument, "gocl.jax %s on rank %d: %v", kindName(r.kind), me, err)
 		}
@@ -228,4 +234,21 @@ func (r *request) settle(round []byte, off, me, n int) (err error) {
 		clear(out)
 	}
 	return nil
+}
+
+// reducer returns the lane's reducer for t and op, made once (a Reducer is
+// immutable; the lane's owner alone calls this).
+func (l *lane) reducer(t kernels.DataType, op kernels.RedOp) (*kernels.Reducer, error) {
+	k := [2]int{int(t), int(op)}
+	if red, ok := l.reducers[k]; ok {
+		return red, nil
+	}
+	red, err := kernels.NewReducer(t, op, l.c.NRanks(), nil)
+	if err == nil {
+		if l.reducers == nil {
+			l.reducers = map[[2]int]*kernels.Reducer{}
+		}
+		l.reducers[k] = red
+	}
+	return red, err
 }

@@ -264,18 +264,21 @@ func (r *request) run(c *comm.Comm) error {
 // goroutine, which may wait, and returns (its call, if not yet run,
 // finishing through a future).
 type lane struct {
-	c       *comm.Comm
-	mu      sync.Mutex
-	pending map[tag]*call
-	order   []tag // arrival order: rank 0 runs the oldest first
-	count   map[int64]uint64
-	owner   owner
-	rest    []tag         // named calls the goroutine runs before asking rank 0 again
-	round   []byte        // the order round's blocks (agree.go), used by the owner only
-	settled atomic.Uint64 // calls the order round settled (tests check the common path takes it)
-	stopped error
-	wake    chan struct{} // a call arrived, the goroutine was handed the lane, or stop was called
-	done    chan struct{} // the goroutine has exited
+	c        *comm.Comm
+	mu       sync.Mutex
+	pending  map[tag]*call
+	order    []tag // arrival order: rank 0 runs the oldest first
+	count    map[int64]uint64
+	owner    owner
+	rest     []tag                       // named calls the goroutine runs before asking rank 0 again
+	round    []byte                      // the order round's blocks (agree.go), used by the owner only
+	mine     []tag                       // the owner's scratch for the order round's proposal
+	calls    []*call                     // and for the proposed calls
+	reducers map[[2]int]*kernels.Reducer // by (dtype, op), made by the owner's order rounds
+	settled  atomic.Uint64               // calls the order round settled (tests check the common path takes it)
+	stopped  error
+	wake     chan struct{} // a call arrived, the goroutine was handed the lane, or stop was called
+	done     chan struct{} // the goroutine has exited
 }
 
 // owner says who runs the lane's calls. Invariant: queued calls imply an
@@ -346,8 +349,13 @@ func (l *lane) runInline(mine *call, later func() func(error)) (ran bool, res er
 		} else {
 			l.owner = idle
 		}
+		// Wake the goroutine only when it has something to do: waking it for
+		// nothing after every inline call cost a thread wake-up per call.
+		wake := l.owner == goroutine || l.stopped != nil
 		l.mu.Unlock()
-		l.poke()
+		if wake {
+			l.poke()
+		}
 	}
 	defer func() {
 		if p := recover(); p != nil {

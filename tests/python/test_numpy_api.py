@@ -334,6 +334,10 @@ def test_threads_and_out_arguments(clique):
         assert g is flat
         rs = np.empty(2, np.float32)
         c.reduce_scatter(np.ones(2 * n, np.float32) * (c.rank + 1), out=rs)  # flat blocks with out=
+        ro = np.full(3, c.rank + 1.0)
+        ro.flags.writeable = False  # only read: fine with out=, twice (the second call takes the fast path)
+        sums = [c.all_reduce(ro, out=np.empty(3)) for _ in range(2)]
+        np.testing.assert_array_equal(sums, np.full((2, 3), n * (n + 1) / 2))
         return out, flat, rs
 
     results = threaded(comms, body)
@@ -355,6 +359,10 @@ def test_argument_errors_name_argument_and_rank(clique):
         assert "rank 1" in str(e.value)
         return e.value
 
+    # Every check below also guards all_reduce's fast path, which a dtype and
+    # op once accepted (float64 "sum" here) take.
+    threaded(clique(2), lambda k: k.all_reduce(np.ones(4)))
+    assert (np.dtype(np.float64), "sum") in gocl.comm._FAST_REDUCE
     bad(r"all_reduce on rank 1: x has dtype int16, which gocl cannot reduce", lambda: c.all_reduce(np.ones(3, np.int16)))
     bad(r"x has dtype complex128", lambda: c.all_reduce(np.ones(3, np.complex128)))
     bad(r"all_gather on rank 1: x has dtype object", lambda: c.all_gather(np.array([1, "a"], dtype=object)))
