@@ -56,6 +56,12 @@ func (s segment) data() []byte { return s.mem[dataOff:segBytes:segBytes] }
 
 // create makes an anonymous memory file (memfd: it has no name in /dev/shm,
 // so nothing can be left behind by a crash) and maps it.
+//
+// Both ends map with MAP_POPULATE: a page first touched during a call costs
+// a fault (and the creator's a zeroing) on the critical path, and the data
+// ring is touched a frame at a time, so every frame of the first 4 MiB a
+// pair moved paid them: 4 ranks on 2 cores took 60 µs for a 2 KiB
+// allreduce and 150 µs for 8 KiB, 20 and 52 µs populated.
 func create() (fd int, s segment, err error) {
 	name := []byte("gocl-shm\x00")
 	r, _, e := syscall.Syscall(sysMemfdCreate, uintptr(unsafe.Pointer(&name[0])), mfdCloexec, 0)
@@ -67,7 +73,7 @@ func create() (fd int, s segment, err error) {
 		syscall.Close(fd)
 		return -1, s, fmt.Errorf("ftruncate: %w", err)
 	}
-	mem, err := syscall.Mmap(fd, 0, segBytes, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	mem, err := syscall.Mmap(fd, 0, segBytes, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_POPULATE)
 	if err != nil {
 		syscall.Close(fd)
 		return -1, s, fmt.Errorf("mmap: %w", err)
@@ -92,7 +98,7 @@ func open(pid, fd int) (segment, error) {
 	if st.Size() != segBytes {
 		return segment{}, fmt.Errorf("segment of %d bytes, want %d (a different gocl version?)", st.Size(), segBytes)
 	}
-	mem, err := syscall.Mmap(int(f.Fd()), 0, segBytes, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	mem, err := syscall.Mmap(int(f.Fd()), 0, segBytes, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_POPULATE)
 	if err != nil {
 		return segment{}, fmt.Errorf("mmap: %w", err)
 	}
