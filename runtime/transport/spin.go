@@ -161,7 +161,11 @@ func poll(try func() bool) bool {
 		start = since()
 	}
 	for {
-		syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+		// Raw: a yield never blocks, and a Syscall that outlasts sysmon's
+		// 20 µs tick (the core went to another rank) has its P handed off,
+		// which wakes another thread, and keeps sysmon ticking every 20 µs:
+		// both steal the core that crowded ranks share.
+		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 		if try() {
 			return true
 		}

@@ -52,6 +52,11 @@ func (s segment) word(k, i int) *uint64 {
 	return (*uint64)(unsafe.Pointer(&s.mem[hdrBytes+k*llSlotBytes+8*i]))
 }
 
+// slot returns LL slot k's words.
+func (s segment) slot(k int) *[llWords]uint64 {
+	return (*[llWords]uint64)(unsafe.Pointer(&s.mem[hdrBytes+k*llSlotBytes]))
+}
+
 func (s segment) data() []byte { return s.mem[dataOff:segBytes:segBytes] }
 
 // create makes an anonymous memory file (memfd: it has no name in /dev/shm,
@@ -192,5 +197,5 @@ func wait(addr *uint32, val uint32, d time.Duration) {
 }
 
 func wake(addr *uint32) {
-	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWake, 1<<30, 0, 0, 0)
+	syscall.RawSyscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWake, 1<<30, 0, 0, 0) // never blocks
 }
