@@ -39,18 +39,30 @@ import (
 	"gocl/runtime/wire"
 )
 
-// Slot words: the descriptor, then (LL only) the payload at 4 bytes a word.
+// Slot words (4 bytes of data each): the descriptor, which carries the
+// frame's wire header field by field (the magic and version of a socket
+// frame are the segment's), then the LL payload or the Simple piece's place
+// in the data ring. Packed so that a small LL frame takes two cache lines
+// (8 B: 12 words) instead of three.
 const (
-	wFlags     = 0 // modeSimple, modeMore
-	wLen       = 1 // this piece's payload bytes
-	wStart     = 2 // 2 words: the piece's data-ring position (monotonic)
-	wEnd       = 4 // 2 words: where the data ring is released to after it
-	wHdr       = 6 // 12 words: the frame's wire header (Len = the whole frame)
-	descWords  = wHdr + wire.HeaderSize/4
+	wFlags     = 0  // mode bits, then the header's Kind, Coll and Dtype, a byte each
+	wLen       = 1  // this piece's payload bytes (24 bits), then the header's Op
+	wRoot      = 2  // the header's Root
+	wSeq       = 3  // 2 words: Seq
+	wCount     = 5  // 2 words: Count
+	wStep      = 7  // Step
+	wFrame     = 8  // 2 words: the frame's Len (all its pieces)
+	llDesc     = 10 // words of an LL descriptor: the payload follows
+	wStart     = 10 // Simple: 2 words: the piece's data-ring position (monotonic)
+	wEnd       = 12 // Simple: 2 words: where the data ring is released to after it
+	simpleDesc = 14 // words of a Simple descriptor
 	modeSimple = 1
 	modeMore   = 2 // another piece of the same frame follows
 	modeCMA    = 4 // with modeSimple: wStart is the sender's address (cma.go)
 )
+
+// A piece's length must fit in wLen's 24 bits.
+const _ = uint(1<<24 - MaxPiece)
 
 // LLMax is the largest payload sent inside a slot (LL protocol); larger ones
 // go through the data ring (Simple protocol). LL moves 4 bytes per 8-byte
@@ -61,7 +73,7 @@ const (
 const LLMax = 256
 
 // The LL payload must fit in a slot after the descriptor.
-const _ = uint((llWords-descWords)*4 - LLMax)
+const _ = uint((llWords-llDesc)*4 - LLMax)
 
 // MaxPiece is the largest payload one slot describes; larger frames are cut
 // into pieces, and the largest a Lend can return. A rank may hold two lent
@@ -462,18 +474,24 @@ func (l *link) post(p *piece, payload []byte) {
 	k := int(p.seq % llSlots)
 	flag := uint64(uint32(p.seq)) << 32
 	slot := l.send.slot(k)
-	slot[wLen] = flag | uint64(uint32(p.n))
-	slot[wStart] = flag | uint64(uint32(p.start))
-	slot[wStart+1] = flag | p.start>>32
-	slot[wEnd] = flag | uint64(uint32(p.end))
-	slot[wEnd+1] = flag | p.end>>32
-	var hb [wire.HeaderSize]byte
-	p.hdr.Encode(hb[:])
-	for i := 0; i < wire.HeaderSize/4; i++ {
-		slot[wHdr+i] = flag | uint64(binary.LittleEndian.Uint32(hb[4*i:]))
-	}
-	if p.flags&modeSimple == 0 {
-		i := descWords
+	h := &p.hdr
+	slot[wLen] = flag | uint64(uint32(p.n)|uint32(h.Op)<<24)
+	slot[wRoot] = flag | uint64(uint32(h.Root))
+	slot[wSeq] = flag | uint64(uint32(h.Seq))
+	slot[wSeq+1] = flag | h.Seq>>32
+	slot[wCount] = flag | uint64(uint32(h.Count))
+	slot[wCount+1] = flag | h.Count>>32
+	slot[wStep] = flag | uint64(h.Step)
+	slot[wFrame] = flag | uint64(uint32(h.Len))
+	slot[wFrame+1] = flag | h.Len>>32
+	first := flag | uint64(uint32(p.flags)|uint32(h.Kind)<<8|uint32(h.Coll)<<16|uint32(h.Dtype)<<24)
+	if p.flags&modeSimple != 0 {
+		slot[wStart] = flag | uint64(uint32(p.start))
+		slot[wStart+1] = flag | p.start>>32
+		slot[wEnd] = flag | uint64(uint32(p.end))
+		slot[wEnd+1] = flag | p.end>>32
+	} else {
+		i := llDesc
 		for len(payload) >= 4 {
 			slot[i] = flag | uint64(binary.LittleEndian.Uint32(payload))
 			payload = payload[4:]
@@ -486,7 +504,7 @@ func (l *link) post(p *piece, payload []byte) {
 		}
 	}
 	transport.RaceRelease()
-	atomic.StoreUint64(&slot[wFlags], flag|uint64(p.flags))
+	atomic.StoreUint64(&slot[wFlags], first)
 	l.sseq = p.seq
 	// A locked add: a full barrier between the slot's stores and the load
 	// of the receiver's sleep flag (the receiver does the mirror image).
@@ -599,8 +617,9 @@ func (l *link) next(want *wire.Header) (piece, error) {
 		return p, err
 	}
 	slot, flag := l.recv.slot(int(p.seq%llSlots)), uint32(p.seq)
-	var d [descWords]uint32
-	for i := range d {
+	var d [simpleDesc]uint32
+	n := llDesc
+	for i := 0; i < n; i++ {
 		v := atomic.LoadUint64(&slot[i])
 		if uint32(v>>32) != flag {
 			w, err := l.word(p.seq, i, want)
@@ -610,26 +629,42 @@ func (l *link) next(want *wire.Header) (piece, error) {
 			v = uint64(w)
 		}
 		d[i] = uint32(v)
+		if i == wFlags && d[i]&modeSimple != 0 {
+			n = simpleDesc
+		}
 	}
-	p.flags, p.n = int(d[wFlags]), int(d[wLen])
+	p.flags, p.n = int(d[wFlags]&0xff), int(d[wLen]&(1<<24-1))
 	p.start = uint64(d[wStart]) | uint64(d[wStart+1])<<32
 	p.end = uint64(d[wEnd]) | uint64(d[wEnd+1])<<32
-	var hb [wire.HeaderSize]byte
-	for i := 0; i < wire.HeaderSize/4; i++ {
-		binary.LittleEndian.PutUint32(hb[4*i:], d[wHdr+i])
-	}
-	h, err := wire.Decode(hb[:])
-	if err != nil {
-		return p, transport.PeerClosed(l.self, l.peer, "corrupt shared-memory slot: "+err.Error())
+	h, ok := header(&d)
+	if !ok {
+		return p, transport.PeerClosed(l.self, l.peer, "corrupt shared-memory slot: unknown frame kind")
 	}
 	p.hdr = h
 	return p, nil
 }
 
+// header rebuilds the wire header a descriptor carries; false when it
+// cannot be one (a corrupt slot).
+func header(d *[simpleDesc]uint32) (wire.Header, bool) {
+	h := wire.Header{
+		Kind:  wire.Kind(d[wFlags] >> 8),
+		Coll:  wire.Coll(d[wFlags] >> 16),
+		Dtype: uint8(d[wFlags] >> 24),
+		Op:    uint8(d[wLen] >> 24),
+		Root:  int32(d[wRoot]),
+		Seq:   uint64(d[wSeq]) | uint64(d[wSeq+1])<<32,
+		Count: uint64(d[wCount]) | uint64(d[wCount+1])<<32,
+		Step:  d[wStep],
+		Len:   uint64(d[wFrame]) | uint64(d[wFrame+1])<<32,
+	}
+	return h, h.Kind == wire.KindColl || h.Kind == wire.KindP2P || h.Kind == wire.KindAbort
+}
+
 // llPayload decodes an LL piece's payload into dst (len(dst) == p.n).
 func (l *link) llPayload(p *piece, dst []byte, want *wire.Header) error {
 	slot, flag := l.recv.slot(int(p.seq%llSlots)), uint32(p.seq)
-	for i := descWords; len(dst) > 0; i++ {
+	for i := llDesc; len(dst) > 0; i++ {
 		v := atomic.LoadUint64(&slot[i])
 		if uint32(v>>32) != flag {
 			w, err := l.word(p.seq, i, want)
@@ -775,16 +810,17 @@ func (l *link) Peek() (wire.Header, bool) {
 		return wire.Header{Kind: wire.KindAbort}, true
 	}
 	seq := l.rseq + 1
-	var hb [wire.HeaderSize]byte
-	for i := 0; i < wire.HeaderSize/4; i++ {
-		v := atomic.LoadUint64(l.recv.word(int(seq%llSlots), wHdr+i))
+	slot := l.recv.slot(int(seq % llSlots))
+	var d [simpleDesc]uint32
+	for i := 0; i < llDesc; i++ {
+		v := atomic.LoadUint64(&slot[i])
 		if uint32(v>>32) != uint32(seq) {
 			return wire.Header{}, false
 		}
-		binary.LittleEndian.PutUint32(hb[4*i:], uint32(v))
+		d[i] = uint32(v)
 	}
-	h, err := wire.Decode(hb[:])
-	if err != nil {
+	h, ok := header(&d)
+	if !ok {
 		return wire.Header{Kind: wire.KindAbort}, true
 	}
 	return h, true
