@@ -100,6 +100,11 @@ func Cores() int { return int(max(cores.Load(), 1)) }
 // Oversubscribed reports whether this host's ranks outnumber the cores.
 func Oversubscribed() bool { return int(hostRanks.Load()) > Cores() }
 
+// RanksPerCore is this host's ranks per core, rounded up (at least 1).
+func RanksPerCore() int {
+	return max(1, (int(hostRanks.Load())+Cores()-1)/Cores())
+}
+
 // affinityCores counts the CPUs in this process's affinity mask (taskset,
 // cgroup cpusets), falling back to all online CPUs.
 func affinityCores() int {
