@@ -79,11 +79,11 @@ func candidates(coll wire.Coll) []Algo {
 // the table of choices it computed once at init.
 type Plan struct {
 	Settings
-	n       int
-	crowd   int             // ranks per core on the most crowded host, rounded up (above 1: they share cores)
-	costs   [numProtos]Cost // per protocol; Beta 0: the protocol is not offered
-	chunk   int
-	choice  [numColls][numSizes]Choice
+	n      int
+	crowd  int             // ranks per core on the most crowded host, rounded up (above 1: they share cores)
+	costs  [numProtos]Cost // per protocol; Beta 0: the protocol is not offered
+	chunk  int
+	choice [numColls][numSizes]Choice
 }
 
 // sizes of the precomputed table: 1 B, 2 B, 4 B, ..., 2^numSizes-1 B; larger

@@ -52,6 +52,17 @@ func (s segment) word(k, i int) *uint64 {
 	return (*uint64)(unsafe.Pointer(&s.mem[hdrBytes+k*llSlotBytes+8*i]))
 }
 
+// populate maps the control words and the LL slots in now: each slot is a
+// page of its own, and a page first touched during a call costs a fault
+// (the creator's a zeroing too) on the critical path. The data ring is
+// left to fault in as it is used (reserve keeps small frames on a few
+// pages): populating all of it cost an 8-rank init 0.25 s on the
+// benchmark VM. A kernel without MADV_POPULATE_WRITE (before 5.14) faults
+// them in later.
+func (s segment) populate() {
+	syscall.Madvise(s.mem[:dataOff], madvPopulateWrite)
+}
+
 // slot returns LL slot k's words.
 func (s segment) slot(k int) *[llWords]uint64 {
 	return (*[llWords]uint64)(unsafe.Pointer(&s.mem[hdrBytes+k*llSlotBytes]))
@@ -61,12 +72,7 @@ func (s segment) data() []byte { return s.mem[dataOff:segBytes:segBytes] }
 
 // create makes an anonymous memory file (memfd: it has no name in /dev/shm,
 // so nothing can be left behind by a crash) and maps it.
-//
-// Both ends map with MAP_POPULATE: a page first touched during a call costs
-// a fault (and the creator's a zeroing) on the critical path, and the data
-// ring is touched a frame at a time, so every frame of the first 4 MiB a
-// pair moved paid them: 4 ranks on 2 cores took 60 µs for a 2 KiB
-// allreduce and 150 µs for 8 KiB, 20 and 52 µs populated.
+
 func create() (fd int, s segment, err error) {
 	name := []byte("gocl-shm\x00")
 	r, _, e := syscall.Syscall(sysMemfdCreate, uintptr(unsafe.Pointer(&name[0])), mfdCloexec, 0)
@@ -78,12 +84,13 @@ func create() (fd int, s segment, err error) {
 		syscall.Close(fd)
 		return -1, s, fmt.Errorf("ftruncate: %w", err)
 	}
-	mem, err := syscall.Mmap(fd, 0, segBytes, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_POPULATE)
+	mem, err := syscall.Mmap(fd, 0, segBytes, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
 		syscall.Close(fd)
 		return -1, s, fmt.Errorf("mmap: %w", err)
 	}
 	s = segment{mem}
+	s.populate()
 	*s.u64(offMagic) = segMagic
 	return fd, s, nil
 }
@@ -103,11 +110,12 @@ func open(pid, fd int) (segment, error) {
 	if st.Size() != segBytes {
 		return segment{}, fmt.Errorf("segment of %d bytes, want %d (a different gocl version?)", st.Size(), segBytes)
 	}
-	mem, err := syscall.Mmap(int(f.Fd()), 0, segBytes, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_POPULATE)
+	mem, err := syscall.Mmap(int(f.Fd()), 0, segBytes, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
 		return segment{}, fmt.Errorf("mmap: %w", err)
 	}
 	s := segment{mem}
+	s.populate()
 	if *s.u64(offMagic) != segMagic {
 		syscall.Munmap(mem)
 		return segment{}, errors.New("segment has the wrong magic (not a gocl segment)")
@@ -187,6 +195,9 @@ const (
 	futexWait  = 0
 	futexWake  = 1
 	mfdCloexec = 1
+
+	madvPopulateWrite = 23
+	pageBytes         = 4096
 )
 
 // wait sleeps while *addr == val, at most d. Shared (not private) futexes:
