@@ -6,10 +6,12 @@
 //
 // Frames go through a FIFO of LL slots. A slot's 8-byte words each carry 4
 // bytes of data and a 4-byte flag (the slot's sequence number), so a
-// receiver knows a word has arrived without any fence or counter: small
-// payloads travel inside the slot this way (the LL protocol). Large payloads
-// are copied into a data ring and the slot only describes them (the Simple
-// protocol; the slot's first word is stored last, with release semantics).
+// receiver knows a word has arrived without any fence or counter: payloads
+// up to LLMax travel inside the slot this way (the LL protocol). Larger
+// payloads are copied into a data ring and the slot only describes them
+// (the Simple protocol). Either way the slot's first word, which the
+// receiver polls, is stored last, with release semantics, so a slot's
+// cache lines cross to the receiver once.
 // The receiver hands ring bytes straight to reductions (RecvWith), and a
 // producer can write into the ring directly (Lend/Commit).
 //
@@ -721,10 +723,6 @@ func (l *link) release(p *piece) {
 	}
 }
 
-// frame reads one frame after checking its header against want: into dst
-// when use is nil (RecvInto), else handing the payload to use (RecvWith),
-// straight from the data ring when the frame is one Simple piece. No
-// closure and nothing escapes: a small receive allocates nothing.
 // frame receives the frame want describes into dst, or whole to use, or a
 // piece at a time to pieces (RecvPieces): exactly one of them is set. No
 // closure, so the small path allocates nothing.
