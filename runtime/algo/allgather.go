@@ -36,14 +36,31 @@ func AllGatherRing(c *Ctx, send, recv []byte, count int) error {
 	})
 }
 
-// AllGatherDirect sends this rank's block to every peer at once.
+// AllGatherDirect sends this rank's block to every peer at once. When every
+// link buffers a block, the frames go inline on the caller's goroutine with
+// no allocation (the latency path).
 func AllGatherDirect(c *Ctx, send, recv []byte, count int) error {
 	n, r := c.N, c.Rank
-	block := func(i int) []byte { return recv[i*count*c.Elem : (i+1)*count*c.Elem] }
+	size := count * c.Elem
+	block := func(i int) []byte { return recv[i*size : (i+1)*size] }
 	if !same(send, block(r)) {
 		copy(block(r), send)
 	}
 	if n == 1 {
+		return nil
+	}
+	if c.buffered(size) {
+		for k := 1; k < n; k++ {
+			if err := c.sendInline(c.peer(k), block(r)); err != nil {
+				return c.failed(err)
+			}
+		}
+		for k := 1; k < n; k++ {
+			q := c.peer(-k)
+			if err := c.recvInline(q, block(q)); err != nil {
+				return c.failed(err)
+			}
+		}
 		return nil
 	}
 	return c.run(func(p *prims) error {

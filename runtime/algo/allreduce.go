@@ -144,17 +144,6 @@ func AllReduceDirect(c *Ctx, send, recv []byte, count int) error {
 // costs less than lending FIFO slots and running the primitives.
 const smallBytes = 2048
 
-// buffered reports whether every link takes a frame of n bytes without the
-// peer receiving it, so a rank may send to all before it receives.
-func (c *Ctx) buffered(n int) bool {
-	for p, l := range c.Links {
-		if p != c.Rank && !l.Buffered(n) {
-			return false
-		}
-	}
-	return true
-}
-
 // allReduceSmall is the one-shot allreduce of a tiny buffer, run on the
 // caller's goroutine with no allocation (the latency path: at 2 ranks, one
 // exchange and one local reduction): this rank's input goes to every peer
@@ -175,23 +164,20 @@ func allReduceSmall(c *Ctx, send, recv []byte, size int) error {
 	}
 	err := func() error {
 		for k := 1; k < n; k++ { // pairwise shift, as AllReduceDirect
-			c.sh = c.Hdr
-			if err := c.Links[c.peer(k)].Send(&c.sh, slot(r)); err != nil {
+			if err := c.sendInline(c.peer(k), slot(r)); err != nil {
 				return err
 			}
 		}
 		for k := 1; k < n; k++ {
 			q := c.peer(-k)
-			c.sh = c.Hdr
-			if err := c.Links[q].RecvInto(&c.sh, slot(q)); err != nil {
+			if err := c.recvInline(q, slot(q)); err != nil {
 				return err
 			}
 		}
 		return nil
 	}()
 	if err != nil {
-		c.Fail(err)
-		return err
+		return c.failed(err)
 	}
 	reduceInOrder(c, recv, slot)
 	c.Red.Finalize(recv)

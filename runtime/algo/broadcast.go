@@ -32,11 +32,24 @@ func BroadcastRing(c *Ctx, send, recv []byte, count, root int) error {
 }
 
 // BroadcastDirect has root send to every rank at once: one step of latency.
+// When every link buffers the whole buffer, the frames go inline on the
+// caller's goroutine with no allocation (the latency path).
 func BroadcastDirect(c *Ctx, send, recv []byte, count, root int) error {
 	if c.Rank == root && !same(send, recv) {
 		copy(recv, send)
 	}
 	if c.N == 1 {
+		return nil
+	}
+	if c.buffered(len(recv)) {
+		if c.Rank != root {
+			return c.failed(c.recvInline(root, recv))
+		}
+		for k := 1; k < c.N; k++ {
+			if err := c.sendInline(c.peer(k), recv); err != nil {
+				return c.failed(err)
+			}
+		}
 		return nil
 	}
 	return c.run(func(p *prims) error {

@@ -32,9 +32,42 @@ type Ctx struct {
 	// blocked on a peer (and the peers themselves) stop waiting.
 	Fail func(error)
 
-	// sh is the frame header of allReduceSmall: a field, so that handing it
-	// to a Link does not move it to the heap at every call.
+	// sh is the frame header of the inline sends and receives: a field, so
+	// that handing it to a Link does not move it to the heap at every call.
 	sh wire.Header
+}
+
+// sendInline sends buf to peer as one frame of step 0 on the caller's
+// goroutine, allocating nothing; the link must buffer it (c.buffered).
+func (c *Ctx) sendInline(peer int, buf []byte) error {
+	c.sh = c.Hdr
+	return c.Links[peer].Send(&c.sh, buf)
+}
+
+// recvInline receives peer's frame of step 0 into buf, allocating nothing.
+func (c *Ctx) recvInline(peer int, buf []byte) error {
+	c.sh = c.Hdr
+	return c.Links[peer].RecvInto(&c.sh, buf)
+}
+
+// buffered reports whether every link takes a frame of n bytes without the
+// peer receiving it, so a rank may send to all before it receives.
+func (c *Ctx) buffered(n int) bool {
+	for p, l := range c.Links {
+		if p != c.Rank && !l.Buffered(n) {
+			return false
+		}
+	}
+	return true
+}
+
+// failed fails the communicator after an error of an inline exchange (the
+// primitives do it in run) and returns the error.
+func (c *Ctx) failed(err error) error {
+	if err != nil {
+		c.Fail(err)
+	}
+	return err
 }
 
 func (c *Ctx) next() int      { return (c.Rank + 1) % c.N }

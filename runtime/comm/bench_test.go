@@ -74,62 +74,71 @@ func BenchmarkCallOneRank(b *testing.B) {
 	}
 }
 
-// TestSmallAllReduceAllocatesNothing: the latency path (an 8-byte
-// allreduce, on one rank and on two ranks over shared memory, out of place
-// and in place) allocates nothing per call; an allocation per call costs
-// about as much as the whole exchange.
-func TestSmallAllReduceAllocatesNothing(t *testing.T) {
-	for _, n := range []int{1, 2} {
-		setEnv(t, "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", "0")
-		comms, err := InitAll(n, nil, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		const runs = 200
-		send, recv := make([][]byte, n), make([][]byte, n)
-		call := func(r int, inPlace bool) error {
-			out := recv[r]
-			if inPlace {
-				out = send[r]
+// TestSmallCollectivesAllocateNothing: the latency path (an 8-byte
+// allreduce, broadcast from a rank other than 0 and allgather, on one rank
+// and on two ranks over shared memory, out of place and in place) allocates
+// nothing per call; an allocation per call costs about as much as the whole
+// exchange.
+func TestSmallCollectivesAllocateNothing(t *testing.T) {
+	for _, coll := range []wire.Coll{wire.AllReduce, wire.Broadcast, wire.AllGather} {
+		for _, n := range []int{1, 2} {
+			setEnv(t, "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", "0")
+			comms, err := InitAll(n, nil, Options{})
+			if err != nil {
+				t.Fatal(err)
 			}
-			return comms[r].Run(nil, Op{Coll: wire.AllReduce, Send: ptr(send[r]), Recv: ptr(out), Count: 2, Type: kernels.Float32})
-		}
-		for _, inPlace := range []bool{false, true} {
-			for r := range n {
-				send[r], recv[r] = make([]byte, 8), make([]byte, 8)
-			}
-			var wg sync.WaitGroup
-			for r := 1; r < n; r++ { // the peers make the same calls: AllocsPerRun makes runs+1
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for range runs + 1 {
-						if err := call(r, inPlace); err != nil {
-							t.Error(err)
-							return
-						}
+			const runs = 200
+			send, recv := make([][]byte, n), make([][]byte, n)
+			call := func(r int, inPlace bool) error {
+				op := Op{Coll: coll, Send: ptr(send[r]), Recv: ptr(recv[r]), Count: 2, Type: kernels.Float32, Root: n - 1}
+				if inPlace {
+					op.Send = ptr(recv[r])
+					if coll == wire.AllGather {
+						op.Send = ptr(recv[r][8*r:])
 					}
-				}()
-			}
-			var failed error
-			allocs := testing.AllocsPerRun(runs, func() {
-				if err := call(0, inPlace); err != nil && failed == nil {
-					failed = err
 				}
-			})
-			wg.Wait()
-			if failed != nil {
-				t.Fatal(failed)
+				return comms[r].Run(nil, op)
 			}
-			if allocs != 0 {
-				t.Errorf("%d ranks, in place %v: %.2f allocations per 8-byte allreduce, want 0", n, inPlace, allocs)
+			for _, inPlace := range []bool{false, true} {
+				for r := range n {
+					send[r], recv[r] = make([]byte, 8), make([]byte, 8)
+					if coll == wire.AllGather {
+						recv[r] = make([]byte, 8*n)
+					}
+				}
+				var wg sync.WaitGroup
+				for r := 1; r < n; r++ { // the peers make the same calls: AllocsPerRun makes runs+1
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for range runs + 1 {
+							if err := call(r, inPlace); err != nil {
+								t.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				var failed error
+				allocs := testing.AllocsPerRun(runs, func() {
+					if err := call(0, inPlace); err != nil && failed == nil {
+						failed = err
+					}
+				})
+				wg.Wait()
+				if failed != nil {
+					t.Fatal(failed)
+				}
+				if allocs != 0 {
+					t.Errorf("%s, %d ranks, in place %v: %.2f allocations per 8-byte call, want 0", coll, n, inPlace, allocs)
+				}
 			}
-		}
-		if n == 2 && comms[0].links[1].Name() != "shm" {
-			t.Errorf("rank 0's link to rank 1 is %s, want shm", comms[0].links[1].Name())
-		}
-		for _, c := range comms {
-			c.Destroy()
+			if n == 2 && comms[0].links[1].Name() != "shm" {
+				t.Errorf("rank 0's link to rank 1 is %s, want shm", comms[0].links[1].Name())
+			}
+			for _, c := range comms {
+				c.Destroy()
+			}
 		}
 	}
 }

@@ -17,8 +17,9 @@ import (
 )
 
 // tuneRecord is one rank's entry in the init exchange: a hash of the
-// settings that must agree, its channel offer (2 bytes), whether its host's
-// ranks outnumber its cores (1 byte), then its links' transport names. One
+// settings that must agree, its channel offer (2 bytes), its host's ranks
+// per core when they outnumber its cores (1 byte, else 0), then its links'
+// transport names. One
 // exchange at init, so the user's calls start at #1.
 const tuneRecord = 128
 
@@ -43,9 +44,10 @@ func (c *Comm) setupTuner(s tune.Settings) error {
 	copy(mine, fp.Sum(nil))
 	have, lo := c.channelOffer()
 	mine[8], mine[9] = byte(min(have, 255)), byte(min(lo, 255))
-	crowded := transport.Oversubscribed()
-	if crowded {
-		mine[10] = 1
+	crowd := 1
+	if transport.Oversubscribed() {
+		crowd = min(transport.RanksPerCore(), 255)
+		mine[10] = byte(crowd)
 	}
 	copy(mine[11:], strings.Join(sortedKeys(seen), ","))
 	if c.nranks > 1 {
@@ -61,7 +63,7 @@ func (c *Comm) setupTuner(s tune.Settings) error {
 					c.rank, r, s, s.DirectMax, c.chunk)
 			}
 			have, lo = min(have, int(rec[8])), min(lo, int(rec[9]))
-			crowded = crowded || rec[10] != 0
+			crowd = max(crowd, int(rec[10]))
 			for _, t := range strings.Split(string(bytes.TrimRight(rec[11:], "\x00")), ",") {
 				if t != "" {
 					seen[t] = true
@@ -73,7 +75,7 @@ func (c *Comm) setupTuner(s tune.Settings) error {
 	if seen["socket"] && !chunkSet { // every rank saw the same transports
 		c.chunk = max(c.chunk, socket.Chunk)
 	}
-	c.plan = tune.NewPlan(s, c.nranks, sortedKeys(seen), c.chunk, crowded)
+	c.plan = tune.NewPlan(s, c.nranks, sortedKeys(seen), c.chunk, crowd)
 	if c.rank == 0 && debuglog.Enabled(debuglog.Info, debuglog.Tuning) {
 		for _, line := range c.plan.Table() {
 			debuglog.Infof(debuglog.Tuning, c.rank, "%s", line)

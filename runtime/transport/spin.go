@@ -67,8 +67,11 @@ const busyFor = 10 * time.Microsecond
 // phase and 60 µs with a 50 µs one (OpenMPI's ranks, which never yield,
 // take a core each: 0.5 µs). So a wait whose busy phase fails halves the
 // next ones, down to none, and one wait in probeEvery runs the whole phase
-// to notice that the peer has a core of its own again (it then restores
-// the whole phase).
+// to notice that the peer has a core of its own again. Any wait that
+// succeeds while polling busily restores the whole phase: on a host loaded
+// by other programs the peer is descheduled now and then, and halving for
+// good at each of those left two ranks on two cores yielding at every wait
+// (4-7 µs an 8-byte allreduce at load 5, against OpenMPI's 0.5).
 var busyRounds atomic.Int32 // rounds of clockPolls polls; starts at the most
 
 // probeEvery: one wait in this many polls for the whole busy phase.
@@ -99,6 +102,11 @@ func Cores() int { return int(max(cores.Load(), 1)) }
 
 // Oversubscribed reports whether this host's ranks outnumber the cores.
 func Oversubscribed() bool { return int(hostRanks.Load()) > Cores() }
+
+// RanksPerCore is this host's ranks per core, rounded up (at least 1).
+func RanksPerCore() int {
+	return max(1, (int(hostRanks.Load())+Cores()-1)/Cores())
+}
 
 // affinityCores counts the CPUs in this process's affinity mask (taskset,
 // cgroup cpusets), falling back to all online CPUs.
@@ -132,7 +140,8 @@ func poll(try func() bool) bool {
 	defer polling.Add(-1)
 	var start time.Duration // since epoch; 0: not read yet
 	if !Oversubscribed() {
-		rounds, probe := busyRounds.Load(), waits.Add(1)%probeEvery == 0
+		cur, probe := busyRounds.Load(), waits.Add(1)%probeEvery == 0
+		rounds := cur
 		if probe {
 			rounds = maxBusyRounds
 		}
@@ -140,7 +149,7 @@ func poll(try func() bool) bool {
 		for i := int32(0); i < rounds; i++ {
 			for range clockPolls {
 				if try() {
-					if probe {
+					if cur != maxBusyRounds {
 						busyRounds.Store(maxBusyRounds)
 					}
 					return true
@@ -161,7 +170,11 @@ func poll(try func() bool) bool {
 		start = since()
 	}
 	for {
-		syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+		// Raw: a yield never blocks, and a Syscall that outlasts sysmon's
+		// 20 µs tick (the core went to another rank) has its P handed off,
+		// which wakes another thread, and keeps sysmon ticking every 20 µs:
+		// both steal the core that crowded ranks share.
+		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 		if try() {
 			return true
 		}

@@ -29,7 +29,8 @@ func TestShareProcessGivesBackGOMAXPROCS(t *testing.T) {
 }
 
 // A wait whose busy polls fail halves the busy phase of the next ones; a
-// probe (one wait in probeEvery) that succeeds while polling restores it.
+// probe (one wait in probeEvery) that succeeds while polling restores it,
+// and so does any wait that succeeds within its shortened phase.
 func TestBusyPhaseAdapts(t *testing.T) {
 	defer spinFor.Store(spinFor.Load())
 	defer hostRanks.Store(hostRanks.Load())
@@ -54,5 +55,18 @@ func TestBusyPhaseAdapts(t *testing.T) {
 	}
 	if got := busyRounds.Load(); got != maxBusyRounds {
 		t.Fatalf("after a probe that succeeded polling: busy phase of %d rounds, want %d", got, maxBusyRounds)
+	}
+	poll(never)
+	poll(never)
+	if got := busyRounds.Load(); got != maxBusyRounds/4 {
+		t.Fatalf("after 2 more failed waits: busy phase of %d rounds, want %d", got, maxBusyRounds/4)
+	}
+	waits.Store(0) // not a probe
+	n = 0
+	if !poll(func() bool { n++; return n > clockPolls+10 }) {
+		t.Fatal("the wait did not see its condition")
+	}
+	if got := busyRounds.Load(); got != maxBusyRounds {
+		t.Fatalf("after a wait that succeeded within its shortened phase: busy phase of %d rounds, want %d", got, maxBusyRounds)
 	}
 }

@@ -79,11 +79,11 @@ func candidates(coll wire.Coll) []Algo {
 // the table of choices it computed once at init.
 type Plan struct {
 	Settings
-	n       int
-	crowded bool            // some host's ranks outnumber its cores: every dependent step waits for a wake-up
-	costs   [numProtos]Cost // per protocol; Beta 0: the protocol is not offered
-	chunk   int
-	choice  [numColls][numSizes]Choice
+	n      int
+	crowd  int             // ranks per core on the most crowded host, rounded up (above 1: they share cores)
+	costs  [numProtos]Cost // per protocol; Beta 0: the protocol is not offered
+	chunk  int
+	choice [numColls][numSizes]Choice
 }
 
 // sizes of the precomputed table: 1 B, 2 B, 4 B, ..., 2^numSizes-1 B; larger
@@ -94,10 +94,11 @@ const numColls = int(wire.SendRecv) + 1
 
 // NewPlan builds the tuner of a communicator of n ranks whose links use the
 // transports named (Link.Name: "inproc", "socket", "shm"...), cutting ring
-// and tree data into chunks of chunk bytes. crowded says that on some host
-// the ranks outnumber the cores (every rank must pass the same value).
-func NewPlan(s Settings, n int, transports []string, chunk int, crowded bool) *Plan {
-	p := &Plan{Settings: s, n: n, chunk: max(chunk, 1), crowded: crowded}
+// and tree data into chunks of chunk bytes. crowd is the ranks per core of
+// the most crowded host, rounded up: above 1, ranks share cores (every rank
+// must pass the same value).
+func NewPlan(s Settings, n int, transports []string, chunk int, crowd int) *Plan {
+	p := &Plan{Settings: s, n: n, chunk: max(chunk, 1), crowd: crowd}
 	p.costs = linkCosts(transports)
 	for coll := wire.AllReduce; coll < wire.SendRecv; coll++ {
 		for b := range numSizes {
@@ -161,23 +162,26 @@ func (p *Plan) decide(coll wire.Coll, bytes int) Choice {
 }
 
 // WakeUs is what each dependent step of an algorithm costs on a crowded
-// host (ranks outnumber cores), on top of the link's latency: the rank
-// that the step waits for must first be given a core, and waiters sleep
-// rather than poll there. Counted up to the one-shot's cap (DirectMax),
-// where latency decides the choice. gocl-perf all_reduce 8 B, 4 ranks on 2 cores:
-// one-shot (one step) 16-25 µs, halving-doubling (four steps) 2-4x that.
-const WakeUs = 10
+// host (ranks outnumber cores), on top of the link's latency: the rank that
+// the step waits for must first be given a core. Counted up to the
+// one-shot's cap (DirectMax), where latency decides the choice.
+// gocl-perf all_reduce -P 4 on 2 cores, 8 B: one-shot (one step) 6.5-7.5
+// µs, halving-doubling (four steps) 15 µs, idle and loaded alike.
+const WakeUs = 3
 
 // Estimate is the model's time in µs for coll moving bytes with a and pr.
+// On a crowded host, up to DirectMax, each step adds WakeUs and every byte
+// costs crowd times as much: the ranks sharing a core copy and reduce in
+// turn (4 ranks on 2 cores, 32 KiB: halving-doubling 25 µs, the one-shot,
+// which moves twice the bytes, 45).
 func (p *Plan) Estimate(coll wire.Coll, a Algo, pr Proto, bytes int) float64 {
 	if p.n == 1 {
 		return 0
 	}
-	t := p.estimate(coll, a, pr, bytes)
-	if p.crowded && bytes <= p.DirectMax { // where latency decides; large calls keep the idle host's model
-		t += WakeUs * p.steps(coll, a, bytes)
+	if p.crowd > 1 && bytes <= p.DirectMax { // where latency decides; large calls keep the idle host's model
+		return p.estimate(coll, a, pr, bytes, float64(p.crowd)) + WakeUs*p.steps(coll, a, bytes)
 	}
-	return t
+	return p.estimate(coll, a, pr, bytes, 1)
 }
 
 // steps is how many times a rank waits for another before a call with a
@@ -208,14 +212,16 @@ func (p *Plan) steps(coll wire.Coll, a Algo, bytes int) float64 {
 	return 1 // Direct and the pairwise collectives: one exchange
 }
 
-func (p *Plan) estimate(coll wire.Coll, a Algo, pr Proto, bytes int) float64 {
+// estimate is the model's time with every byte costing share times its
+// idle cost.
+func (p *Plan) estimate(coll wire.Coll, a Algo, pr Proto, bytes int, share float64) float64 {
 	n := float64(p.n)
 	c := p.costs[pr]
 	S := float64(bytes)
 	// µs to move x bytes as chunked messages, and to reduce x bytes
 	msgs := func(x float64) float64 { return math.Max(1, math.Ceil(x/float64(p.chunk))) }
-	move := func(x float64) float64 { return msgs(x)*c.Alpha + x/(c.Beta*1e3) }
-	red := func(x float64) float64 { return x / (ReduceGBs * 1e3) }
+	move := func(x float64) float64 { return msgs(x)*c.Alpha + share*x/(c.Beta*1e3) }
+	red := func(x float64) float64 { return share * x / (ReduceGBs * 1e3) }
 	lg := math.Ceil(math.Log2(n))
 	depth := math.Ceil(math.Log2(n + 1)) // of the trees
 	switch coll {
@@ -266,8 +272,8 @@ func (p *Plan) estimate(coll wire.Coll, a Algo, pr Proto, bytes int) float64 {
 func (p *Plan) Table() []string {
 	var lines []string
 	crowd := ""
-	if p.crowded {
-		crowd = fmt.Sprintf(", ranks outnumber cores (+%d µs per dependent step)", WakeUs)
+	if p.crowd > 1 {
+		crowd = fmt.Sprintf(", %d ranks per core (+%d µs per dependent step, bytes at 1/%d the speed)", p.crowd, WakeUs, p.crowd)
 	}
 	lines = append(lines, fmt.Sprintf("tuner: %d ranks, links %s (runtime/tune/costs.txt)%s, chunk %d B, direct up to %d B; %s",
 		p.n, p.describeCosts(), crowd, p.chunk, p.DirectMax, p.Settings))

@@ -63,7 +63,7 @@ func scriptPlan(t *testing.T, line int, args []string) *Plan {
 	n, chunk := 0, 1<<20
 	var links []string
 	algo, proto, direct := "", "", 32768
-	crowded := false
+	crowd := 1
 	for _, a := range args {
 		k, v, _ := strings.Cut(a, "=")
 		var err error
@@ -80,8 +80,8 @@ func scriptPlan(t *testing.T, line int, args []string) *Plan {
 			direct, err = strconv.Atoi(v)
 		case "chunk":
 			chunk, err = strconv.Atoi(v)
-		case "crowded":
-			crowded, err = strconv.ParseBool(v)
+		case "crowd":
+			crowd, err = strconv.Atoi(v)
 		default:
 			err = fmt.Errorf("unknown key %q", k)
 		}
@@ -98,7 +98,7 @@ func scriptPlan(t *testing.T, line int, args []string) *Plan {
 		t.Fatalf("pick.txt:%d: %v", line, err)
 	}
 	s.DirectMax = direct
-	return NewPlan(s, n, links, chunk, crowded)
+	return NewPlan(s, n, links, chunk, crowd)
 }
 
 // TestFilterScript runs testdata/filter.txt:
@@ -153,7 +153,7 @@ func TestFilterScript(t *testing.T) {
 
 // The table printed for GOCL_DEBUG_SUBSYS=TUNING names every candidate.
 func TestTableListsCandidates(t *testing.T) {
-	p := NewPlan(Settings{DirectMax: 1 << 15}, 4, []string{"inproc"}, 1<<20, false)
+	p := NewPlan(Settings{DirectMax: 1 << 15}, 4, []string{"inproc"}, 1<<20, 1)
 	text := strings.Join(p.Table(), "\n")
 	for _, want := range []string{"allreduce", "ring", "tree", "direct", "halvingdoubling", "reducescatter", "67108864"} {
 		if !strings.Contains(text, want) {
