@@ -8,6 +8,7 @@ package stream
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"gocl/runtime/status"
 	"gocl/runtime/transport"
@@ -39,11 +40,12 @@ type Stream struct {
 	// hand-off on its way back to C (tens of µs).
 	nQueued, nDone atomic.Uint64
 	nClosed        atomic.Bool
+	pollIdle       bool // the worker polls when idle (see idle)
 }
 
 // New starts a stream's worker.
 func New() *Stream {
-	s := &Stream{}
+	s := &Stream{pollIdle: true}
 	s.cond = sync.NewCond(&s.mu)
 	go s.work()
 	return s
@@ -53,17 +55,7 @@ func (s *Stream) work() {
 	s.mu.Lock()
 	for {
 		if len(s.tasks) == 0 && !s.closed {
-			// Idle: poll for the next task under the transports' waiting
-			// policy (which leaves the cores alone when ranks outnumber
-			// them) before parking, so a call made soon after the last
-			// one finished starts without a wake-up.
-			seen := s.queued
-			s.mu.Unlock()
-			transport.Spin(func() bool { return s.nQueued.Load() != seen || s.nClosed.Load() })
-			s.mu.Lock()
-		}
-		for len(s.tasks) == 0 && !s.closed {
-			s.cond.Wait()
+			s.idle()
 		}
 		if len(s.tasks) == 0 {
 			s.mu.Unlock()
@@ -86,6 +78,30 @@ func (s *Stream) work() {
 		s.nDone.Store(s.done)
 		s.cond.Broadcast()
 	}
+}
+
+// idle waits for the next task (called with s.mu held, the queue empty).
+// It first polls under the transports' waiting policy (which leaves the
+// cores alone when ranks outnumber them), so a call made soon after the
+// last one finished starts without a wake-up, but only while the previous
+// idle gap was short enough for polling to have caught it: between DDP's
+// buckets (milliseconds apart) polling would only take the core that
+// backward needs.
+func (s *Stream) idle() {
+	since := time.Now()
+	if s.pollIdle {
+		seen := s.queued
+		s.mu.Unlock()
+		hit := transport.Spin(func() bool { return s.nQueued.Load() != seen || s.nClosed.Load() })
+		s.mu.Lock()
+		if hit {
+			return
+		}
+	}
+	for len(s.tasks) == 0 && !s.closed {
+		s.cond.Wait()
+	}
+	s.pollIdle = time.Since(since) <= transport.SpinFor()
 }
 
 func run(t func() error) (err error) {

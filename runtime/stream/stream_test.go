@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"gocl/runtime/transport"
 )
 
 func TestOrderErrorsAndEvents(t *testing.T) {
@@ -139,4 +141,44 @@ func TestPollingWaitsKeepOrderAndGoroutines(t *testing.T) {
 	if n := runtime.NumGoroutine(); n > before {
 		t.Errorf("%d goroutines after Close, %d before New", n, before)
 	}
+}
+
+// The worker polls while idle only when the previous idle gap was short:
+// calls made milliseconds apart (DDP's buckets) must not cost a core each.
+func TestIdlePollingFollowsTheGaps(t *testing.T) {
+	if transport.SpinFor() <= 0 {
+		t.Skip("polling is off (GOCL_SPIN_US=0)")
+	}
+	s := New()
+	defer s.Close()
+	call := func() {
+		var ev Event
+		s.Enqueue(func() error { return nil })
+		ev.Record(s)
+		if err := ev.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	polls := func() bool {
+		time.Sleep(time.Millisecond) // the worker is idle again
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.pollIdle
+	}
+	call()
+	time.Sleep(20 * time.Millisecond)
+	call()
+	if polls() {
+		t.Error("the worker still polls after a 20 ms gap")
+	}
+	for range 1000 { // under load one gap can be long; most are not
+		call()
+		s.mu.Lock()
+		again := s.pollIdle
+		s.mu.Unlock()
+		if again {
+			return
+		}
+	}
+	t.Error("the worker does not poll between back-to-back calls")
 }
