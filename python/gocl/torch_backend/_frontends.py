@@ -357,7 +357,8 @@ _none_ok: dict = {}  # code object -> whether that caller takes None from a sync
 def _none_ok_caller(code) -> bool:
     """Whether code, calling pg.allreduce, is a torch.distributed wrapper
     that waits on the Work only when there is one (``elif work is not None:
-    work.wait()``, torch >= 2.8), read from its source once per caller."""
+    work.wait()``, torch >= 2.8, and no other wait), read from its source
+    once per caller."""
     ok = _none_ok.get(code)
     if ok is None:
         ok = False
@@ -366,7 +367,8 @@ def _none_ok_caller(code) -> bool:
                 src = inspect.getsource(code)
             except (OSError, TypeError):
                 src = ""
-            ok = re.search(r"\bwork is not None\s*\)?\s*:[^\n]*(\n\s*#[^\n]*)*\n\s*work\.wait\(\)", src) is not None
+            guarded = len(re.findall(r"\bwork is not None\s*\)?\s*:[^\n]*(?:\n\s*#[^\n]*)*\n\s*work\.wait\(\)", src))
+            ok = guarded > 0 and guarded == src.count(".wait(")  # every wait in it is guarded
         _none_ok[code] = ok
     return ok
 
