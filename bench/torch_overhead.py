@@ -9,9 +9,12 @@ best burst's mean (the least disturbed by other load on the machine; the
 bursts of all rows are interleaved, so load hits every row alike):
 
 * ``bare``: the ctypes call ``goclAllReduce`` alone (the floor);
-* ``pg.allreduce``: the group's method as torch.distributed calls it (the
-  gocl layer: routing, checks, the C call, the Work), synchronous;
-* ``dist.all_reduce``: what a user calls (torch's own Python wrapper added);
+* ``pg.allreduce``: the group's method called directly, synchronous (the
+  gocl layer: routing, checks, the C call, and the completed Work such a
+  caller gets);
+* ``dist.all_reduce``: what a user calls (torch's own Python wrapper added;
+  on torch >= 2.8 it takes None for a finished synchronous call, so no Work
+  is made);
 * ``async``: ``dist.all_reduce(async_op=True)`` until it returns its Work;
 * ``async+wait``: the same and ``wait()``.
 

@@ -339,12 +339,14 @@ class Engine:
         reducer read the future's value.)"""
         return completed_work(result)
 
-    def allreduce(self, tensors, opts=None) -> GoclWork:
+    def allreduce(self, tensors, opts=None, none_ok: bool = False) -> GoclWork | None:
         # The latency path: one dense host tensor, a reduction gocl has
         # natively for its dtype (decided once per (dtype, op), see _fast).
         # Every lookup here is a measured cost: a ReduceOp property read
         # alone is ~0.5 us, so it is read once and keyed by _op_key (its
         # RedOpType; PREMUL_SUM, which carries a factor, is never cached).
+        # none_ok: the caller takes None for a synchronous call that is done
+        # (torch.distributed's wrappers; a completed Work costs ~1.5 us).
         if opts is not None and len(tensors) == 1:
             t = tensors[0]
             fast = self._fast.get((t.dtype, _op_key(opts.reduceOp)))
@@ -359,7 +361,7 @@ class Engine:
                         rc = self._c_all_reduce(p, p, t.numel(), fast[0], fast[1], h, None)
                         if rc:
                             _core.check(rc, h)
-                        return completed_work([t])
+                        return None if none_ok else completed_work([t])
                     with ex.lock:  # queued on the group's stream; the Work holds t until done
                         rc = self._c_all_reduce(p, p, t.numel(), fast[0], fast[1], h, ex.stream_handle())
                         if rc:

@@ -20,7 +20,10 @@ Both forward every operation to the group's ``Engine``.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
+import re
+import sys
 import weakref
 
 import torch
@@ -321,9 +324,56 @@ def _route_p2p_to_python() -> None:
                             return getattr(backend, _name)(*args)
                 return _original(self, *args, **kwargs)
 
+        if name == "allreduce":
+            routed = _routed_allreduce(routed, cpu_engine)
         routed.__name__ = name
         routed.__doc__ = original.__doc__
         setattr(pg_cls, name, routed)
+
+
+def _routed_allreduce(general, cpu_engine):
+    """The routing of pg.allreduce([t], opts), the latency path's caller,
+    with the fewest checks; anything else goes to general. A synchronous
+    call from a torch.distributed wrapper that takes None (see
+    _none_ok_caller) gets None instead of a completed Work."""
+    pg_cls, opts_cls, getframe = dist.ProcessGroup, c10d.AllreduceOptions, sys._getframe
+
+    def allreduce(self, *args, **kwargs):
+        if type(self) is pg_cls and len(args) == 2 and not kwargs and type(args[1]) is opts_cls:
+            tensors, opts = args
+            if len(tensors) == 1 and tensors[0].is_cpu:
+                engine = cpu_engine(self)
+                if engine is not None:
+                    none_ok = not opts.asyncOp and _none_ok_caller(getframe(1).f_code) if _HAS_ASYNC_OP else False
+                    return engine.allreduce(tensors, opts, none_ok)
+        return general(self, *args, **kwargs)
+    return allreduce
+
+
+_HAS_ASYNC_OP = hasattr(c10d.AllreduceOptions(), "asyncOp")  # torch >= 2.8 tells the backend
+_none_ok: dict = {}  # code object -> whether that caller takes None from a synchronous call
+
+
+def _none_ok_caller(code) -> bool:
+    """Whether code, calling pg.allreduce, is a torch.distributed wrapper
+    that waits on the Work only when there is one (``elif work is not None:
+    work.wait()``, torch >= 2.8, and no other wait), read from its source
+    once per caller."""
+    ok = _none_ok.get(code)
+    if ok is None:
+        ok = False
+        if code.co_filename.endswith(_C10D_PY):
+            try:
+                src = inspect.getsource(code)
+            except (OSError, TypeError):
+                src = ""
+            guarded = len(re.findall(r"\bwork is not None\s*\)?\s*:[^\n]*(?:\n\s*#[^\n]*)*\n\s*work\.wait\(\)", src))
+            ok = guarded > 0 and guarded == src.count(".wait(")  # every wait in it is guarded
+        _none_ok[code] = ok
+    return ok
+
+
+_C10D_PY = os.path.join("torch", "distributed", "distributed_c10d.py")
 
 
 _cpu_engines: dict = {}  # id(ProcessGroup) -> (weakref to it, its CPU Engine or None)

@@ -149,12 +149,22 @@ def _async_order(rank, world, f):
     val = w.get_future().value()
     f.check(len(val) == 1 and val[0] is x and bool((x == world).all()), f"inline future value {val}")
     f.check(w.is_completed(), "an inline call's Work is completed")
+    # the same through the group from code that is not torch's wrapper (only
+    # dist.all_reduce, which checks for None, gets None for a finished call)
+    x = torch.ones(4)
+    w = dist.group.WORLD.allreduce([x], opts)
+    f.check(w is not None and w.wait() and bool((x == world).all()), f"group allreduce returned {w!r}")
+    f.check(w.get_future().value()[0] is x, "group allreduce's future holds the tensor")
     # a sync op after async ones waits for them (ordering inline vs worker)
     a = torch.full((50_000,), 1.0)
     wa = dist.all_reduce(a, async_op=True)
     b = torch.full((7,), 2.0)
     dist.all_reduce(b)
     f.check(bool((b == 2 * world).all()), "sync after async")
+    from gocl.torch_backend import _frontends
+    if hasattr(opts, "asyncOp") and _frontends.implementation() == "backend":  # dist.all_reduce got None
+        f.check(any(c.co_name == "all_reduce" and ok for c, ok in _frontends._none_ok.items()),
+                f"torch's all_reduce not recognised as taking None: {_frontends._none_ok}")
     wa.wait()
     f.check(bool((a == world).all()), "async before sync")
     dist.barrier()
