@@ -3,7 +3,6 @@ package shm
 import (
 	"testing"
 	"time"
-	"unsafe"
 
 	"gocl/runtime/wire"
 )
@@ -40,38 +39,6 @@ func TestTwoLentPiecesFitAfterAnyFrame(t *testing.T) {
 			if err := b.RecvInto(h(i), got); err != nil || got[0] != byte(i) {
 				t.Fatalf("after %d bytes: frame %d: %v (first byte %d)", first, i, err, got[0])
 			}
-		}
-	}
-}
-
-// Once the peer has read every frame, the next one starts at the data
-// ring's start, so the frames of calls that fit the ring reuse the same
-// (cached) bytes instead of cycling through all of it.
-func TestRingRestartsWhenEmpty(t *testing.T) {
-	a, b := cmaPair(t, false, false)
-	a.SetDeadline(time.Now().Add(2 * time.Second))
-	b.SetDeadline(time.Now().Add(2 * time.Second))
-	h := func(step int) *wire.Header { return &wire.Header{Kind: wire.KindColl, Step: uint32(step)} }
-	ring := &a.send.data()[0]
-	for i, n := range []int{LLMax + 1, 100_000, MaxPiece} {
-		if err := a.Send(h(2*i), make([]byte, n)); err != nil {
-			t.Fatal(err)
-		}
-		if err := b.RecvInto(h(2*i), make([]byte, n)); err != nil {
-			t.Fatal(err)
-		}
-		slot, ok, err := a.Lend(8 << 10)
-		if err != nil || !ok {
-			t.Fatalf("lend after a %d-byte frame: ok %v, %v", n, ok, err)
-		}
-		if &slot[0] != ring {
-			t.Errorf("after a %d-byte frame was read, the next starts %d bytes into the ring, want 0", n, uintptr(unsafe.Pointer(&slot[0]))-uintptr(unsafe.Pointer(ring)))
-		}
-		if err := a.Commit(h(2*i + 1)); err != nil {
-			t.Fatal(err)
-		}
-		if err := b.RecvInto(h(2*i+1), make([]byte, 8<<10)); err != nil {
-			t.Fatal(err)
 		}
 	}
 }

@@ -119,7 +119,6 @@ type link struct {
 	llTail uint64 // cached: slots the peer has released
 	dhead  uint64 // data-ring bytes allocated
 	dtail  uint64 // cached: data-ring bytes the peer has released
-	dfloor uint64 // data-ring bytes skipped while the ring was empty: released too
 	lent   piece  // the outstanding Lend, if lent.n > 0
 	refSeq uint64 // the last slot posted by address (cma.go)
 	// receiver side
@@ -424,22 +423,15 @@ func (l *link) reserve(h *wire.Header, n int) (piece, []byte, error) {
 	}
 	need := uint64((n + 63) &^ 63)
 	start := l.dhead
-	if pos := start % dataBytes; pos != 0 && l.released() == start {
-		// The peer has read everything: start again at the ring's start,
-		// whose lines the last frames used (likely still cached), so frames
-		// stay within what a call has in flight instead of cycling through
-		// the whole ring (256 KiB calls touch 256 KiB of it, not 4 MiB).
-		// Nothing was in flight, so the skipped bytes are free for good.
-		start += dataBytes - pos
-		l.dfloor = start
-	}
 	if pos := start % dataBytes; pos+need > dataBytes {
 		start += dataBytes - pos // the piece must be contiguous: skip the ring's end
 	}
 	end := start + need
 	if end-l.dtail > dataBytes {
+		tail := l.send.u64(offDataTail)
 		err := l.await(func() bool {
-			return end-l.released() <= dataBytes
+			l.dtail = atomic.LoadUint64(tail)
+			return end-l.dtail <= dataBytes
 		}, l.send.u32(offFreed), l.send.u32(offSendWait), func() string { return "sending " + h.Describe() })
 		if err != nil {
 			return p, nil, err
@@ -449,13 +441,6 @@ func (l *link) reserve(h *wire.Header, n int) (piece, []byte, error) {
 	l.dhead = end
 	pos := int(start % dataBytes)
 	return p, l.send.data()[pos : pos+n : pos+n], nil
-}
-
-// released loads how far the peer has released the data ring (at least
-// dfloor) into dtail.
-func (l *link) released() uint64 {
-	l.dtail = max(atomic.LoadUint64(l.send.u64(offDataTail)), l.dfloor)
-	return l.dtail
 }
 
 // post publishes slot p. Simple slots are written descriptor first and
