@@ -113,3 +113,41 @@ func BenchmarkFinalize(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRecvReduceCopySend is one rank's share of the last
+// reduce-scatter step of a 2-rank ring allreduce of total bytes, cut into
+// 1 MiB chunks (GOCL_BUFFSIZE's default): a received chunk (from a 4 MiB
+// FIFO ring, cached) reduced with the local input into the peer's slot and
+// into the result. "fused" is AccumulateCopy (streaming the result as the
+// ring does from Streams on); "reduce+copy" the two passes it replaced.
+// MB/s counts the result's bytes.
+func BenchmarkRecvReduceCopySend(b *testing.B) {
+	const chunk = 1 << 20
+	for _, total := range []int{2 << 20, 64 << 20} {
+		local, dst, ring := benchBuffer(total), benchBuffer(total), make([]byte, 4<<20)
+		for _, buf := range [][]byte{local, dst, ring} { // real pages, not the zero page
+			for i := range buf {
+				buf[i] = byte(i%251) | 1
+			}
+		}
+		r, _ := NewReducer(Float32, Sum, 2, nil)
+		stream := Streams(2 * total)
+		slot := func(j int) []byte { return ring[(j%4)*chunk : (j%4+1)*chunk] }
+		for _, v := range []struct {
+			name string
+			step func(out, d, pl, in []byte)
+		}{
+			{"fused", func(out, d, pl, in []byte) { r.AccumulateCopy(out, d, pl, in, stream) }},
+			{"reduce+copy", func(out, d, pl, in []byte) { r.Accumulate(out, pl, in); copy(d, out) }},
+		} {
+			b.Run(fmt.Sprintf("%s/%dMiB", v.name, total>>20), func(b *testing.B) {
+				b.SetBytes(int64(total))
+				for b.Loop() {
+					for j := 0; j < total/chunk; j++ {
+						v.step(slot(2*j+1), dst[j*chunk:(j+1)*chunk], slot(2*j), local[j*chunk:(j+1)*chunk])
+					}
+				}
+			})
+		}
+	}
+}

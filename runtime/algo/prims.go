@@ -56,8 +56,9 @@ type sendReq struct {
 
 // prims runs the primitives of one call on one rank.
 type prims struct {
-	c    *Ctx
-	mode []sendMode // by peer
+	c      *Ctx
+	mode   []sendMode // by peer
+	stream bool       // the call's result is written past the caches (kernels.Streams)
 
 	// queued frames
 	mu      sync.Mutex
@@ -75,7 +76,7 @@ type prims struct {
 // communicator, then waits for the sender: the call must not return while a
 // goroutine still reads the caller's buffers.
 func (c *Ctx) run(body func(p *prims) error) error {
-	p := &prims{c: c, mode: make([]sendMode, c.N)}
+	p := &prims{c: c, mode: make([]sendMode, c.N), stream: kernels.Streams(int(c.Hdr.Count) * c.Elem)}
 	err := body(p)
 	if err != nil {
 		c.Fail(err)
@@ -168,10 +169,17 @@ func (p *prims) copySend(peer, step int, src, tmp []byte) error {
 
 // ---- receiving
 
-// recv: the frame of step from peer lands in dst.
+// recv: the frame of step from peer lands in dst. A result large enough
+// to stream (p.stream) is copied out of a shared-memory FIFO with
+// non-temporal stores.
 func (p *prims) recv(peer, step int, dst []byte) error {
 	if len(dst) == 0 {
 		return nil
+	}
+	if s, ok := p.c.Links[peer].(transport.Streamer); ok && p.stream {
+		h := p.c.hdr(step)
+		h.Len = uint64(len(dst))
+		return s.RecvPieces(h, func(off int, pl []byte) { kernels.Copy(dst[off:off+len(pl)], pl, true) })
 	}
 	return p.c.Links[peer].RecvInto(p.c.hdr(step), dst)
 }
@@ -200,21 +208,24 @@ func (p *prims) recvReduceSend(red *kernels.Reducer, from, to, step int, local, 
 }
 
 // recvReduceCopySend: dst = payload ⊕ local, finished (Avg divides), and to
-// gets dst.
+// gets it: one pass (kernels.AccumulateCopy), the payload and local read
+// once, the result written to the peer's slot and to dst together.
 func (p *prims) recvReduceCopySend(from, to, step int, dst, local []byte) error {
 	return p.produce(to, step+1, len(dst), func(out []byte) error {
-		if err := p.recvReduceCopy(p.c.Red, from, step, out, local); err != nil {
-			return err
+		h := p.c.hdr(step)
+		h.Len = uint64(len(dst))
+		if s, ok := p.c.Links[from].(transport.Streamer); ok {
+			return s.RecvPieces(h, func(off int, pl []byte) {
+				e := off + len(pl)
+				p.c.Red.AccumulateCopy(out[off:e], dst[off:e], pl, local[off:e], p.stream)
+			})
 		}
-		p.c.Red.Finalize(out)
-		if !same(out, dst) {
-			copy(dst, out)
-		}
-		return nil
+		return p.c.Links[from].RecvWith(h, func(pl []byte) { p.c.Red.AccumulateCopy(out, dst, pl, local, p.stream) })
 	}, dst)
 }
 
-// recvCopySend: dst = payload, and to gets it.
+// recvCopySend: dst = payload, and to gets it, block by block so that the
+// payload is read from memory once.
 func (p *prims) recvCopySend(from, to, step int, dst []byte) error {
 	return p.produce(to, step+1, len(dst), func(out []byte) error {
 		if same(out, dst) {
@@ -223,8 +234,12 @@ func (p *prims) recvCopySend(from, to, step int, dst []byte) error {
 		h := p.c.hdr(step)
 		h.Len = uint64(len(dst))
 		return p.c.Links[from].RecvWith(h, func(pl []byte) {
-			transport.CopyCached(out, pl)
-			copy(dst, pl)
+			const block = 16 << 10 // stays in L1 between its two copies
+			for o := 0; o < len(pl); o += block {
+				e := min(o+block, len(pl))
+				kernels.Copy(out[o:e], pl[o:e], false)
+				kernels.Copy(dst[o:e], pl[o:e], p.stream)
+			}
 		})
 	}, dst)
 }
