@@ -130,22 +130,14 @@ func span(n, parts, i int) (int, int) {
 	return lo, min(lo+per, n)
 }
 
-// each runs f for every part, part 0 on the calling goroutine unless away.
-// away runs every part on a goroutine of its own while the caller waits for
-// them once: the caller is often a thread that C called into, locked to its
-// goroutine, and each of its parks on the netpoller while a large frame
-// streams in would cost a thread hand-off to wake it.
-func each(parts int, away bool, f func(i int) error) error {
-	if parts == 1 && !away {
+// each runs f for every part, part 0 on the calling goroutine.
+func each(parts int, f func(i int) error) error {
+	if parts == 1 {
 		return f(0)
 	}
 	errs := make([]error, parts)
 	var wg sync.WaitGroup
-	first := 1
-	if away {
-		first = 0
-	}
-	for i := first; i < parts; i++ {
+	for i := 1; i < parts; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -153,9 +145,7 @@ func each(parts int, away bool, f func(i int) error) error {
 			errs[i] = f(i)
 		}()
 	}
-	if !away {
-		errs[0] = f(0)
-	}
+	errs[0] = f(0)
 	wg.Wait()
 	return errors.Join(errs...)
 }
@@ -163,7 +153,7 @@ func each(parts int, away bool, f func(i int) error) error {
 func (l *link) Send(h *wire.Header, data []byte) error {
 	transport.RaceRelease()
 	parts := l.parts(len(data))
-	err := each(parts, false, func(i int) error {
+	err := each(parts, func(i int) error {
 		lo, hi := span(len(data), parts, i)
 		ph := *h
 		ph.Len = uint64(hi - lo)
@@ -184,7 +174,7 @@ func (l *link) Send(h *wire.Header, data []byte) error {
 func (l *link) RecvInto(want *wire.Header, dst []byte) error {
 	want.Len = uint64(len(dst))
 	parts := l.parts(len(dst))
-	return first(each(parts, len(dst) > SpinMax, func(i int) error {
+	return first(each(parts, func(i int) error {
 		lo, hi := span(len(dst), parts, i)
 		return l.recvPart(i, want, dst[lo:hi])
 	}))
