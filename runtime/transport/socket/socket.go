@@ -68,8 +68,9 @@ func (l *link) Buffered(n int) bool { return n <= InlineMax }
 // payload) before it parks on the netpoller. A larger one streams in for far
 // longer than a poll can bridge, and the polling reads take the core from
 // the kernel's copies that carry it: between two network namespaces on 2
-// cores, parking at once gave 32 MiB all-reduces 1.06-1.5x the busbw
-// (median 1.23x, 3 rounds alternated; bench/multihost.py).
+// cores, parking at once gave 2-rank all-reduces 2.9x the busbw at 128 KiB,
+// 1.7x at 1 MiB and 1.3x at 32 MiB (medians of 8-10 alternated rounds,
+// bench/multihost.py's setup).
 const SpinMax = InlineMax
 
 func (l *link) SetDeadline(t time.Time) {
