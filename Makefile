@@ -183,9 +183,13 @@ test-reliability: venv
 # gocl-perf against OpenMPI's MPI_Allreduce, alternated; writes bench/RESULTS.md,
 # bench/results.json (and bench/busbw.png with matplotlib). BENCH_ARGS: see
 # python3 bench/compare.py --help (e.g. --ranks 2,4,8 --rounds 5).
-BENCH_PY := $(if $(wildcard $(PY)),$(PY),$(PYTHON3))
-bench: $(BUILD)/gocl-perf
-	$(BENCH_PY) bench/compare.py $(BENCH_ARGS)
+bench: $(BUILD)/gocl-perf $(VENV)/.plot-installed
+	$(PY) bench/compare.py $(BENCH_ARGS)
+
+# matplotlib (the "plot" extra) for bench/busbw.png and `gocl perf --plot`.
+$(VENV)/.plot-installed: $(VENV)/.gocl-installed
+	$(UV) pip install --python $(PY) -e ".[plot]"
+	@touch $@
 
 # OpenMPI, the anchor the benchmarks compare against (Debian's packages).
 mpi:
