@@ -14,100 +14,64 @@ import (
 // benchSize is one message of the both-ways benchmarks: a TCP ring's chunk.
 const benchSize = socket.Chunk
 
-// dialPairs connects n loopback TCP connection pairs.
-func dialPairs(b *testing.B, n int) (as, bs []net.Conn) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
+// end is one side of a both-ways benchmark: the i-th message out and in.
+type end struct{ send, recv func(i int) error }
+
+// bothWays runs b.N messages each way at once: per end, a sender goroutine
+// (as the ring's) sends while the end's own goroutine receives.
+func bothWays(b *testing.B, ends [2]end) {
+	b.SetBytes(benchSize)
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for _, e := range ends {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for i := range b.N {
+				if err := e.send(i); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for i := range b.N {
+				if err := e.recv(i); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
 	}
-	defer ln.Close()
-	for range n {
-		acc := make(chan net.Conn, 1)
-		go func() { c, _ := ln.Accept(); acc <- c }()
-		a, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			b.Fatal(err)
-		}
-		as, bs = append(as, a), append(bs, <-acc)
-	}
-	b.Cleanup(func() {
-		for i := range as {
-			as[i].Close()
-			bs[i].Close()
-		}
-	})
-	return as, bs
+	wg.Wait()
 }
 
 // BenchmarkBothWaysRaw is the anchor: per end one goroutine writes benchSize
 // bytes and another reads as many from the peer, on one plain connection.
 func BenchmarkBothWaysRaw(b *testing.B) {
 	as, bs := dialPairs(b, 1)
-	b.SetBytes(benchSize)
-	end := func(c net.Conn, wg *sync.WaitGroup) {
-		defer wg.Done()
+	raw := func(c net.Conn) end {
 		out, in := make([]byte, benchSize), make([]byte, benchSize)
-		var w sync.WaitGroup
-		w.Add(1)
-		go func() {
-			defer w.Done()
-			for range b.N {
-				if _, err := c.Write(out); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-		for range b.N {
-			if _, err := io.ReadFull(c, in); err != nil {
-				b.Error(err)
-				return
-			}
+		return end{
+			send: func(int) error { _, err := c.Write(out); return err },
+			recv: func(int) error { _, err := io.ReadFull(c, in); return err },
 		}
-		w.Wait()
 	}
-	b.ResetTimer()
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go end(as[0], &wg)
-	go end(bs[0], &wg)
-	wg.Wait()
+	bothWays(b, [2]end{raw(as[0]), raw(bs[0])})
 }
 
 func benchLinks(b *testing.B, conns int) {
 	as, bs := dialPairs(b, conns)
-	la, lb := socket.New(as, 0, 1), socket.New(bs, 1, 0)
-	b.SetBytes(benchSize)
-	end := func(l transport.Link, wg *sync.WaitGroup) {
-		defer wg.Done()
+	link := func(l transport.Link) end {
 		out, in := make([]byte, benchSize), make([]byte, benchSize)
-		var w sync.WaitGroup
-		w.Add(1)
-		go func() { // the ring's sender goroutine
-			defer w.Done()
-			for i := range b.N {
-				h := wire.Header{Kind: wire.KindColl, Step: uint32(i)}
-				if err := l.Send(&h, out); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
-		for i := range b.N {
-			h := wire.Header{Kind: wire.KindColl, Step: uint32(i)}
-			if err := l.RecvInto(&h, in); err != nil {
-				b.Error(err)
-				return
-			}
+		frame := func(i int) *wire.Header { return &wire.Header{Kind: wire.KindColl, Step: uint32(i)} }
+		return end{
+			send: func(i int) error { return l.Send(frame(i), out) },
+			recv: func(i int) error { return l.RecvInto(frame(i), in) },
 		}
-		w.Wait()
 	}
-	b.ResetTimer()
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go end(la, &wg)
-	go end(lb, &wg)
-	wg.Wait()
+	bothWays(b, [2]end{link(socket.New(as, 0, 1)), link(socket.New(bs, 1, 0))})
 }
 
 // BenchmarkBothWaysLink: the same traffic through two socket Links.
