@@ -50,18 +50,7 @@ func AllGatherDirect(c *Ctx, send, recv []byte, count int) error {
 		return nil
 	}
 	if c.buffered(size) {
-		for k := 1; k < n; k++ {
-			if err := c.sendInline(c.peer(k), block(r)); err != nil {
-				return c.failed(err)
-			}
-		}
-		for k := 1; k < n; k++ {
-			q := c.peer(-k)
-			if err := c.recvInline(q, block(q)); err != nil {
-				return c.failed(err)
-			}
-		}
-		return nil
+		return c.exchangeInline(block)
 	}
 	return c.run(func(p *prims) error {
 		for k := 1; k < n; k++ {

@@ -151,8 +151,8 @@ const smallBytes = 2048
 // reduced in rank order, so every rank gets identical bits. Every link must
 // buffer size bytes.
 func allReduceSmall(c *Ctx, send, recv []byte, size int) error {
-	n, r := c.N, c.Rank
-	buf := c.Scratch(n * size) // slot q holds rank q's input
+	r := c.Rank
+	buf := c.Scratch(c.N * size) // slot q holds rank q's input
 	slot := func(q int) []byte {
 		if q == r && !same(send, recv) {
 			return send
@@ -162,22 +162,8 @@ func allReduceSmall(c *Ctx, send, recv []byte, size int) error {
 	if same(send, recv) { // recv is written before the peers' inputs are all in
 		copy(slot(r), send)
 	}
-	err := func() error {
-		for k := 1; k < n; k++ { // pairwise shift, as AllReduceDirect
-			if err := c.sendInline(c.peer(k), slot(r)); err != nil {
-				return err
-			}
-		}
-		for k := 1; k < n; k++ {
-			q := c.peer(-k)
-			if err := c.recvInline(q, slot(q)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}()
-	if err != nil {
-		return c.failed(err)
+	if err := c.exchangeInline(slot); err != nil {
+		return err
 	}
 	reduceInOrder(c, recv, slot)
 	c.Red.Finalize(recv)

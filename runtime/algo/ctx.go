@@ -50,6 +50,25 @@ func (c *Ctx) recvInline(peer int, buf []byte) error {
 	return c.Links[peer].RecvInto(&c.sh, buf)
 }
 
+// exchangeInline sends this rank's block(c.Rank) to every peer, then
+// receives each peer q's into block(q), all inline (every link must buffer
+// the block): the one-shot exchange of the latency path. Peers are visited
+// in a pairwise shift, so that no two ranks send to the same peer first.
+func (c *Ctx) exchangeInline(block func(q int) []byte) error {
+	for k := 1; k < c.N; k++ {
+		if err := c.sendInline(c.peer(k), block(c.Rank)); err != nil {
+			return c.failed(err)
+		}
+	}
+	for k := 1; k < c.N; k++ {
+		q := c.peer(-k)
+		if err := c.recvInline(q, block(q)); err != nil {
+			return c.failed(err)
+		}
+	}
+	return nil
+}
+
 // buffered reports whether every link takes a frame of n bytes without the
 // peer receiving it, so a rank may send to all before it receives.
 func (c *Ctx) buffered(n int) bool {
