@@ -13,35 +13,189 @@ import "gocl/runtime/transport"
 // cores of a host no longer forward every chunk between the two kinds of
 // link. c.Hosts must list the ranks of each host, the same number on each.
 //
-// Segment (l+1)%L of the buffer (L ranks per host) is reduced along the
-// host ring ending at local rank l, then across hosts along one ring, so
-// all ranks get identical bits.
+// The three phases are pipelined by chunk: while chunk j crosses between
+// hosts, the host reduces chunk j+1 and gathers chunk j-1, so the
+// inter-host links always have a frame in flight. Segment (l+1)%L of the
+// buffer (L ranks per host) is reduced along the host ring ending at local
+// rank l, then across hosts along one ring, so all ranks get identical bits.
 func AllReduceHier(c *Ctx, send, recv []byte, count int) error {
 	if c.N == 1 {
 		c.local(send, recv)
 		return nil
 	}
 	local, cross := c.hostGroups()
-	L := local.N
-	mine := (local.Rank + 1) % L // the segment this rank finishes
-	lo, hi := span(count, L, mine)
-	if err := hostReduceScatter(local, send, recv, count); err != nil {
-		return err
-	}
-	// The share is a partial result (pre() applied already): the hosts
-	// combine partials, and the ring's last reduction finishes it (Avg's
-	// reducer divides by the whole communicator's size).
+	// The shares are partial results (pre() applied already): the hosts
+	// combine partials, and the cross ring's last reduction finishes them
+	// (Avg's reducer divides by the whole communicator's size).
 	cross.Red = c.combiner()
-	seg := c.bytes(recv, lo, hi)
-	if err := AllReduceRing(cross, seg, seg, hi-lo); err != nil {
-		return err
+	L, H := local.N, cross.N
+	lo0, hi0 := span(count, L, 0)
+	nsub := c.chunks((hi0 - lo0 + H - 1) / H) // frames between hosts of about one chunk
+	piece := func(buf []byte, seg, j int) []byte {
+		lo, hi := span(count, L, seg)
+		return c.piece(buf, lo, hi, nsub, j)
 	}
-	return hostAllGather(local, recv, count)
+	mine := (local.Rank + 1) % L // the segment this rank finishes
+	return local.run(func(pl *prims) error {
+		return cross.run(func(px *prims) error {
+			h := hier{local: local, cross: cross, pl: pl, px: px, send: send, recv: recv, piece: piece, mine: mine}
+			if err := h.reduceScatter(0); err != nil {
+				return err
+			}
+			if err := h.crossFirst(0); err != nil {
+				return err
+			}
+			for j := 0; j < nsub; j++ {
+				if j+1 < nsub {
+					if err := h.reduceScatter(j + 1); err != nil {
+						return err
+					}
+				}
+				if err := h.crossRest(j); err != nil {
+					return err
+				}
+				if j+1 < nsub {
+					if err := h.crossFirst(j + 1); err != nil {
+						return err
+					}
+				}
+				if err := h.allGather(j); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+}
+
+// hier is one call of AllReduceHier: the host's ring (local, pl) and the
+// cross-host ring (cross, px), each with its own primitives, over disjoint
+// links.
+type hier struct {
+	local, cross *Ctx
+	pl, px       *prims
+	send, recv   []byte
+	piece        func(buf []byte, seg, j int) []byte // chunk j of host segment seg
+	mine         int                                 // the host segment this rank finishes
 }
 
 // hierStep0 numbers the all-gather's frames after the reduce-scatter's on
 // the host's links (steps are for diagnostics; each link keeps its order).
 const hierStep0 = 1 << 24
+
+// reduceScatter is chunk j of the ring reduce-scatter over the host's
+// ranks: local rank r ends with chunk j of segment (r+1)%L of recv holding
+// the host's partial (pre() applied, not finished). Partials are written
+// to recv, which in place overwrites only pieces this rank no longer reads.
+func (h *hier) reduceScatter(j int) error {
+	c, p := h.local, h.pl
+	n, r := c.N, c.Rank
+	if n == 1 {
+		c.prepare(h.piece(h.recv, 0, j), h.piece(h.send, 0, j))
+		return nil
+	}
+	step := j * n
+	if err := p.copySend(c.next(), step, h.piece(h.send, r, j), h.piece(h.recv, r, j)); err != nil {
+		return err
+	}
+	for s := 0; s < n-1; s++ {
+		i := (r - s - 1 + 2*n) % n
+		var err error
+		if s < n-2 {
+			err = p.recvReduceSend(c.Red, c.prev(), c.next(), step+s, h.piece(h.send, i, j), h.piece(h.recv, i, j))
+		} else { // segment r+1: the host's partial stays here
+			err = p.recvReduceCopy(c.Red, c.prev(), step+s, h.piece(h.recv, i, j), h.piece(h.send, i, j))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// share is part i (of one per host) of chunk j of this rank's segment: what
+// the cross ring moves.
+func (h *hier) share(j, i int) []byte {
+	buf := h.piece(h.recv, h.mine, j)
+	e := h.cross.Elem
+	lo, hi := span(len(buf)/e, h.cross.N, i)
+	return buf[lo*e : hi*e]
+}
+
+// crossFirst starts the ring all-reduce of chunk j of this rank's segment
+// between hosts: this rank's part goes to the next host.
+func (h *hier) crossFirst(j int) error {
+	c := h.cross
+	if c.N == 1 {
+		return nil
+	}
+	return h.px.send(c.next(), j*2*(c.N-1), h.share(j, c.Rank))
+}
+
+// crossRest is the rest of that ring: reduce-scatter of the parts across
+// hosts, the last reduction finishing each, then their all-gather.
+func (h *hier) crossRest(j int) error {
+	c, p := h.cross, h.px
+	n, r := c.N, c.Rank
+	if n == 1 {
+		h.local.Red.Finalize(h.piece(h.recv, h.mine, j))
+		return nil
+	}
+	step := j * 2 * (n - 1)
+	for s := 0; s < n-1; s++ {
+		i := (r - s - 1 + 2*n) % n
+		var err error
+		if s < n-2 {
+			err = p.recvReduceSend(c.Red, c.prev(), c.next(), step+s, h.share(j, i), h.share(j, i))
+		} else {
+			err = p.recvReduceCopySend(c.prev(), c.next(), step+s, h.share(j, i), h.share(j, i))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	for t := 0; t < n-1; t++ {
+		dst, s := h.share(j, (r-t+n)%n), step+n-1+t
+		var err error
+		if t < n-2 {
+			err = p.recvCopySend(c.prev(), c.next(), s, dst)
+		} else {
+			err = p.recv(c.prev(), s, dst)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// allGather is chunk j of the ring all-gather over the host's ranks: local
+// rank r holds finished chunk j of segment (r+1)%L and passes the chunks
+// round until every rank has chunk j of every segment.
+func (h *hier) allGather(j int) error {
+	c, p := h.local, h.pl
+	n, r := c.N, c.Rank
+	if n == 1 {
+		return nil
+	}
+	step := hierStep0 + j*n
+	if err := p.send(c.next(), step, h.piece(h.recv, (r+1)%n, j)); err != nil {
+		return err
+	}
+	for t := 0; t < n-1; t++ {
+		dst := h.piece(h.recv, (r-t+n)%n, j)
+		var err error
+		if t < n-2 {
+			err = p.recvCopySend(c.prev(), c.next(), step+t, dst)
+		} else {
+			err = p.recv(c.prev(), step+t, dst)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // hostGroups returns the contexts of this rank's host (its ranks in rank
 // order) and of its cross-host ring (the ranks at its local index on every
@@ -76,81 +230,4 @@ func (c *Ctx) group(ranks []int) *Ctx {
 		}
 	}
 	return &g
-}
-
-// hostReduceScatter is the first half of the ring all-reduce over the
-// host's ranks: local rank r ends with segment (r+1)%n of recv holding the
-// host's partial (pre() applied, not finished). Each segment goes round in
-// chunks; partials are written to recv, which in place overwrites only
-// segments this rank no longer reads.
-func hostReduceScatter(c *Ctx, send, recv []byte, count int) error {
-	n, r := c.N, c.Rank
-	if n == 1 {
-		c.prepare(recv, send)
-		return nil
-	}
-	lo0, hi0 := span(count, n, 0)
-	nsub := c.chunks(hi0 - lo0)
-	piece := func(buf []byte, seg, j int) []byte {
-		lo, hi := span(count, n, seg)
-		return c.piece(buf, lo, hi, nsub, j)
-	}
-	return c.run(func(p *prims) error {
-		for j := 0; j < nsub; j++ {
-			step := j * n
-			if err := p.copySend(c.next(), step, piece(send, r, j), piece(recv, r, j)); err != nil {
-				return err
-			}
-			for s := 0; s < n-1; s++ {
-				i := (r - s - 1 + 2*n) % n
-				var err error
-				if s < n-2 {
-					err = p.recvReduceSend(c.Red, c.prev(), c.next(), step+s, piece(send, i, j), piece(recv, i, j))
-				} else { // segment r+1: the host's partial stays here
-					err = p.recvReduceCopy(c.Red, c.prev(), step+s, piece(recv, i, j), piece(send, i, j))
-				}
-				if err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	})
-}
-
-// hostAllGather is the second half of the ring all-reduce over the host's
-// ranks: local rank r holds finished segment (r+1)%n of buf and passes the
-// segments round until every rank has all of them.
-func hostAllGather(c *Ctx, buf []byte, count int) error {
-	n, r := c.N, c.Rank
-	if n == 1 {
-		return nil
-	}
-	lo0, hi0 := span(count, n, 0)
-	nsub := c.chunks(hi0 - lo0)
-	piece := func(seg, j int) []byte {
-		lo, hi := span(count, n, seg)
-		return c.piece(buf, lo, hi, nsub, j)
-	}
-	return c.run(func(p *prims) error {
-		for j := 0; j < nsub; j++ {
-			step := hierStep0 + j*n
-			if err := p.send(c.next(), step, piece((r+1)%n, j)); err != nil {
-				return err
-			}
-			for t := 0; t < n-1; t++ {
-				dst := piece((r-t+n)%n, j)
-				var err error
-				if t < n-2 {
-					err = p.recvCopySend(c.prev(), c.next(), step+t, dst)
-				} else {
-					err = p.recv(c.prev(), step+t, dst)
-				}
-				if err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	})
 }
