@@ -31,12 +31,16 @@ func TestAllReduceHierFakeHosts(t *testing.T) {
 		short bool
 	}{
 		{"2x2", 4, func(r int) int { return r / 2 }, allTypes, true},
-		{"2x3 interleaved", 6, func(r int) int { return r % 2 }, []kernels.DataType{kernels.Int32, kernels.Float16, kernels.Float32, kernels.Float64}, false},
+		{"2x3 interleaved", 6, func(r int) int { return r % 2 }, []kernels.DataType{kernels.Int32, kernels.Float16, kernels.Float64}, false},
 		{"3x2", 6, func(r int) int { return r / 2 }, []kernels.DataType{kernels.Uint8, kernels.Bfloat16, kernels.Float32}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if testing.Short() && !tc.short {
-				t.Skip("-short: 2x2 only")
+			types := tc.types
+			if testing.Short() { // the -race run: 2x2, a type of each width
+				if !tc.short {
+					t.Skip("-short: 2x2 only")
+				}
+				types = []kernels.DataType{kernels.Int8, kernels.Float16, kernels.Float64}
 			}
 			onFakeHosts(t, tc.host)
 			setEnv(t, "GOCL_ALGO", "allreduce:hier", "GOCL_BUFFSIZE", fmt.Sprint(chunk), "GOCL_SOCKET_IFNAME", "lo")
@@ -49,7 +53,7 @@ func TestAllReduceHierFakeHosts(t *testing.T) {
 				}
 				var k checker
 				call := 0
-				for _, ty := range tc.types {
+				for _, ty := range types {
 					for _, count := range []int{1, 2, 7, 1023, chunk/4 + 1, 3*tc.n*chunk/4 + 5} {
 						for _, inPlace := range []bool{false, true} {
 							call++
