@@ -8,7 +8,8 @@
 // and a direct, one-shot form (one step of latency, for small buffers);
 // allreduce, broadcast and reduce also have NCCL's double binary tree, and
 // allreduce, allgather and reducescatter have recursive halving-doubling
-// when the number of ranks is a power of two.
+// when the number of ranks is a power of two; allreduce has a hierarchical
+// form for ranks on several hosts (hierarchical.go).
 package algo
 
 import (
@@ -25,6 +26,9 @@ type Ctx struct {
 	Red     *kernels.Reducer // the reduction, for reducing collectives
 	Elem    int              // bytes per element
 	Chunk   int              // bytes per pipelined chunk (GOCL_BUFFSIZE)
+	// Hosts lists the ranks of each host, in rank order, when every host
+	// has the same number (AllReduceHier needs it); nil otherwise.
+	Hosts [][]int
 	// Scratch returns a buffer of n bytes owned by the communicator, valid
 	// until the call returns. An algorithm calls it at most once per call.
 	Scratch func(n int) []byte

@@ -35,6 +35,7 @@ type Comm struct {
 	rank, nranks          int
 	localRank, localRanks int
 	node, nnodes          int
+	hosts                 [][]int // ranks of each host (hosts.go); nil when hosts differ in size
 	device                int
 	peers                 []bootstrap.PeerInfo
 	links                 []transport.Link
@@ -172,6 +173,7 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 	c.prog.waitsOn.Store(-1)
 	c.cond = sync.NewCond(&c.stateMu)
 	c.topology()
+	c.hosts = hostGroups(c.peers)
 	// Waiters poll less when this host's ranks outnumber its cores.
 	transport.NoteHostRanks(c.localRanks)
 	if device < 0 { // no device given: one per local rank, as launchers assign GPUs

@@ -82,6 +82,7 @@ func offer(me *bootstrap.PeerInfo) {
 	if testShmDomain != nil {
 		me.Shm = testShmDomain(me.Rank, me.Shm)
 	}
+	fakeHost(me)
 }
 
 // testShmDomain lets tests change a rank's published shm domain, to force

@@ -71,7 +71,7 @@ func (c *Comm) ctx(op *Op) *algo.Ctx {
 		c.scratchFn, c.failFn = c.scratchBuf, func(err error) { c.fail(c.blame(err)) }
 	}
 	c.x = algo.Ctx{
-		Rank: c.rank, N: c.nranks, Links: c.links, Red: op.red, Elem: op.Type.Size(), Chunk: c.chunk,
+		Rank: c.rank, N: c.nranks, Links: c.links, Red: op.red, Elem: op.Type.Size(), Chunk: c.chunk, Hosts: c.hosts,
 		Hdr: wire.Header{Kind: wire.KindColl, Coll: op.Coll, Dtype: uint8(op.Type), Op: op.wireOp(),
 			Root: int32(op.Root), Seq: c.seq, Count: uint64(op.Count)},
 		Scratch: c.scratchFn,
@@ -131,7 +131,8 @@ func (c *Comm) collective(op *Op) (err error) {
 // those a collective has).
 var unrooted = map[wire.Coll][]func(*algo.Ctx, []byte, []byte, int) error{
 	wire.AllReduce: {tune.Ring: algo.AllReduceRing, tune.Tree: algo.AllReduceTree,
-		tune.Direct: algo.AllReduceDirect, tune.HalvingDoubling: algo.AllReduceHalvingDoubling},
+		tune.Direct: algo.AllReduceDirect, tune.HalvingDoubling: algo.AllReduceHalvingDoubling,
+		tune.Hier: algo.AllReduceHier},
 	wire.AllGather: {tune.Ring: algo.AllGatherRing, tune.Direct: algo.AllGatherDirect,
 		tune.HalvingDoubling: algo.AllGatherHalvingDoubling},
 	wire.ReduceScatter: {tune.Ring: algo.ReduceScatterRing, tune.Direct: algo.ReduceScatterDirect,

@@ -76,6 +76,7 @@ func (c *Comm) setupTuner(s tune.Settings) error {
 		c.chunk = max(c.chunk, socket.Chunk)
 	}
 	c.plan = tune.NewPlan(s, c.nranks, sortedKeys(seen), c.chunk, crowd)
+	c.tuneHosts()
 	if c.rank == 0 && debuglog.Enabled(debuglog.Info, debuglog.Tuning) {
 		for _, line := range c.plan.Table() {
 			debuglog.Infof(debuglog.Tuning, c.rank, "%s", line)

@@ -29,10 +29,11 @@ const (
 	Tree                        // NCCL's double binary tree: log2(n) latency
 	Direct                      // one-shot: every rank talks to every rank at once
 	HalvingDoubling             // recursive halving-doubling: log2(n) steps, ring's bytes; 2^k ranks
+	Hier                        // hierarchical: inside each host, then between hosts (hier.go)
 	numAlgos
 )
 
-var algoNames = [...]string{"ring", "tree", "direct", "halvingdoubling"}
+var algoNames = [...]string{"ring", "tree", "direct", "halvingdoubling", "hier"}
 
 func (a Algo) String() string { return algoNames[a] }
 
@@ -66,7 +67,7 @@ func (c Choice) String() string { return c.Algo.String() + "/" + c.Proto.String(
 func candidates(coll wire.Coll) []Algo {
 	switch coll {
 	case wire.AllReduce:
-		return []Algo{Direct, HalvingDoubling, Tree, Ring}
+		return []Algo{Direct, HalvingDoubling, Tree, Hier, Ring}
 	case wire.Broadcast, wire.Reduce:
 		return []Algo{Direct, Tree, Ring}
 	case wire.AllGather, wire.ReduceScatter:
@@ -84,6 +85,9 @@ type Plan struct {
 	costs  [numProtos]Cost // per protocol; Beta 0: the protocol is not offered
 	chunk  int
 	choice [numColls][numSizes]Choice
+
+	transports []string
+	hosts      hosts // set by SetHosts (hier.go)
 }
 
 // sizes of the precomputed table: 1 B, 2 B, 4 B, ..., 2^numSizes-1 B; larger
@@ -98,14 +102,19 @@ const numColls = int(wire.SendRecv) + 1
 // the most crowded host, rounded up: above 1, ranks share cores (every rank
 // must pass the same value).
 func NewPlan(s Settings, n int, transports []string, chunk int, crowd int) *Plan {
-	p := &Plan{Settings: s, n: n, chunk: max(chunk, 1), crowd: crowd}
+	p := &Plan{Settings: s, n: n, chunk: max(chunk, 1), crowd: crowd, transports: transports}
 	p.costs = linkCosts(transports)
+	p.decideAll()
+	return p
+}
+
+// decideAll fills the table of choices.
+func (p *Plan) decideAll() {
 	for coll := wire.AllReduce; coll < wire.SendRecv; coll++ {
 		for b := range numSizes {
 			p.choice[coll][b] = p.decide(coll, 1<<b)
 		}
 	}
-	return p
 }
 
 // Pick chooses the algorithm and protocol for coll moving bytes (the size of
@@ -126,6 +135,8 @@ func (p *Plan) allowed(coll wire.Coll, a Algo, bytes int) bool {
 	switch a {
 	case HalvingDoubling:
 		return p.n&(p.n-1) == 0
+	case Hier:
+		return p.hosts.hier() && (bytes > p.DirectMax || p.Algos.only(coll, int(Hier)))
 	case Direct:
 		cap := p.DirectMax
 		if coll == wire.AllGather || coll == wire.ReduceScatter {
@@ -208,6 +219,8 @@ func (p *Plan) steps(coll wire.Coll, a Algo, bytes int) float64 {
 			return 2 * lg
 		}
 		return lg
+	case Hier:
+		return p.hierSteps(bytes)
 	}
 	return 1 // Direct and the pairwise collectives: one exchange
 }
@@ -235,6 +248,8 @@ func (p *Plan) estimate(coll wire.Coll, a Algo, pr Proto, bytes int, share float
 			return (n-1)*move(S) + (n-1)*red(S)
 		case HalvingDoubling:
 			return 2*lg*c.Alpha + 2*move((n-1)/n*S) + red((n-1)/n*S)
+		case Hier:
+			return p.hierEstimate(pr, S, share)
 		}
 	case wire.Broadcast, wire.Reduce:
 		r := 0.0
@@ -275,8 +290,8 @@ func (p *Plan) Table() []string {
 	if p.crowd > 1 {
 		crowd = fmt.Sprintf(", %d ranks per core (+%d µs per dependent step, bytes at 1/%d the speed)", p.crowd, WakeUs, p.crowd)
 	}
-	lines = append(lines, fmt.Sprintf("tuner: %d ranks, links %s (runtime/tune/costs.txt)%s, chunk %d B, direct up to %d B; %s",
-		p.n, p.describeCosts(), crowd, p.chunk, p.DirectMax, p.Settings))
+	lines = append(lines, fmt.Sprintf("tuner: %d ranks%s, links %s (runtime/tune/costs.txt)%s, chunk %d B, direct up to %d B; %s",
+		p.n, p.hosts, p.describeCosts(), crowd, p.chunk, p.DirectMax, p.Settings))
 	for coll := wire.AllReduce; coll < wire.SendRecv; coll++ {
 		cands := candidates(coll)
 		if len(cands) == 1 {

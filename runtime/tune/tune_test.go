@@ -64,6 +64,7 @@ func scriptPlan(t *testing.T, line int, args []string) *Plan {
 	var links []string
 	algo, proto, direct := "", "", 32768
 	crowd := 1
+	nhosts, perHost := 0, 0
 	for _, a := range args {
 		k, v, _ := strings.Cut(a, "=")
 		var err error
@@ -82,6 +83,8 @@ func scriptPlan(t *testing.T, line int, args []string) *Plan {
 			chunk, err = strconv.Atoi(v)
 		case "crowd":
 			crowd, err = strconv.Atoi(v)
+		case "hosts": // hosts=HxL: H hosts of L ranks (L=0: unequal)
+			_, err = fmt.Sscanf(v, "%dx%d", &nhosts, &perHost)
 		default:
 			err = fmt.Errorf("unknown key %q", k)
 		}
@@ -98,7 +101,11 @@ func scriptPlan(t *testing.T, line int, args []string) *Plan {
 		t.Fatalf("pick.txt:%d: %v", line, err)
 	}
 	s.DirectMax = direct
-	return NewPlan(s, n, links, chunk, crowd)
+	p := NewPlan(s, n, links, chunk, crowd)
+	if nhosts > 0 {
+		p.SetHosts(nhosts, perHost)
+	}
+	return p
 }
 
 // TestFilterScript runs testdata/filter.txt:

@@ -31,8 +31,33 @@ def collectives() -> None:
         assert (b == n - 1).all()
         m = comm.all_reduce(np.array([r], np.float32), op="max")
         assert m[0] == n - 1
+        hier_matrix(comm)
         comm.barrier()
         print(f"OK {r}", flush=True)
+
+
+def hier_matrix(comm) -> None:
+    """all_reduce of every dtype and op against numpy, in and out of place, at
+    sizes the ranks per host do not divide, above the one-shot's threshold:
+    the hierarchical all-reduce on hosts with 2 ranks each."""
+    r, n = comm.rank, comm.world_size
+    dtypes = (np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64, np.float16, np.float32, np.float64)
+    for count in (10_001, 100_003):
+        for dt in dtypes:
+            inputs = [((np.arange(count) * 7 + q) % 5 + 1).astype(dt) for q in range(n)]
+            for op in ("sum", "prod", "max", "min", "avg"):
+                if op == "avg" and np.dtype(dt).kind != "f":
+                    continue
+                ref = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum, "avg": np.add}[op]
+                want = inputs[0].copy()
+                for q in range(1, n):
+                    want = ref(want, inputs[q]).astype(dt)
+                if op == "avg":
+                    want = (want.astype(np.float64) / n).astype(dt)
+                for in_place in (True, False):
+                    x = inputs[r].copy()
+                    got = comm.all_reduce(x, op=op) if in_place else comm.all_reduce(x, op=op, out=np.empty_like(x))
+                    assert np.array_equal(got, want), (count, np.dtype(dt).name, op, in_place, got[:8], want[:8])
 
 
 def cut() -> None:

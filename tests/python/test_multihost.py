@@ -61,7 +61,7 @@ def _check_transports(out: str) -> None:
 
 def test_gocl_run_two_nodes():
     with netns.two_hosts() as hosts:
-        env = _env(GOCL_SOCKET_IFNAME=netns.IFNAME, GOCL_DEBUG="INFO", GOCL_DEBUG_SUBSYS="INIT", GOCL_TIMEOUT="20")
+        env = _env(GOCL_SOCKET_IFNAME=netns.IFNAME, GOCL_DEBUG="INFO", GOCL_DEBUG_SUBSYS="INIT,TUNING", GOCL_TIMEOUT="20")
         procs = [subprocess.Popen(
             h.cmd([str(BIN / "gocl"), "run", "--nnodes", "2", "--node-rank", str(k), "--master-addr", hosts[0].addr,
                    "--master-port", str(PORT), "-n", "2", RANK_SCRIPT, "collectives"]),
@@ -73,6 +73,25 @@ def test_gocl_run_two_nodes():
             assert f"[rank {r}] OK {r}" in out, out
             assert f"using {netns.IFNAME}:{hosts[k].addr}" in out, out
     _check_transports("".join(outs))
+    # Every host has 2 ranks: the tuner (rank 0 prints its table) knows the
+    # hosts and picks the hierarchical all-reduce for large calls.
+    assert "tuner: 4 ranks, 2 hosts x 2 ranks" in outs[0], outs[0]
+    big = [choice for size, choice in _allreduce_choices(outs[0]) if size >= 1 << 20]
+    assert big and all(c.startswith("hier/") for c in big), outs[0]
+
+
+def _allreduce_choices(out: str) -> list[tuple[int, str]]:
+    """(bytes, choice) rows of the allreduce section of the tuner's table."""
+    rows, coll = [], None
+    for line in out.splitlines():
+        m = re.search(r"GOCL INFO (\w*)\s+(bytes|\d+)\s+(\S+)", line)
+        if not m:
+            continue
+        if m[2] == "bytes":
+            coll = m[1]
+        elif coll == "allreduce":
+            rows.append((int(m[2]), m[3]))
+    return rows
 
 
 def _start_ranks(hosts, mode: str, **extra: str) -> list[subprocess.Popen]:
