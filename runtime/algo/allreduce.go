@@ -65,8 +65,9 @@ func allReduceRing(c *Ctx, send, recv []byte, count int) error {
 					// one comes in: the peer can start on chunk j+1 while this
 					// rank still waits, so a rank that is ahead keeps working.
 					// Frames still go out and come in the same order on every
-					// link, and this rank has still sent at most one frame it
-					// has not received the answer to.
+					// link, and at every send this rank has sent one frame more
+					// than it has received, as before: a Lender buffering two
+					// frames still cannot close a cycle of waits (prims.go).
 					if err = first(p, j+1); err == nil {
 						err = p.recv(c.prev(), s, dst)
 					}
