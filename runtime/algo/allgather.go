@@ -2,21 +2,23 @@ package algo
 
 // AllGatherRing passes blocks around the ring: at step t a rank forwards the
 // block it received at step t-1, so each link carries (n-1) blocks. Chunk j
-// of every block goes round before chunk j+1 starts.
+// of every block goes round before chunk j+1 starts. This rank's own block
+// is copied into place as it is sent, in one pass over it.
 func AllGatherRing(c *Ctx, send, recv []byte, count int) error {
 	n, r := c.N, c.Rank
 	block := func(i int) []byte { return recv[i*count*c.Elem : (i+1)*count*c.Elem] }
-	if !same(send, block(r)) {
-		copy(block(r), send)
-	}
 	if n == 1 {
+		if !same(send, block(r)) {
+			copy(block(r), send)
+		}
 		return nil
 	}
 	nsub := c.chunks(count)
 	return c.run(func(p *prims) error {
 		for j := 0; j < nsub; j++ {
 			step := j * (n - 1)
-			if err := p.send(c.next(), step, c.piece(block(r), 0, count, nsub, j)); err != nil {
+			own := c.piece(block(r), 0, count, nsub, j)
+			if err := p.sendCopy(c.next(), step, c.piece(send, 0, count, nsub, j), own); err != nil {
 				return err
 			}
 			for t := 0; t < n-1; t++ {

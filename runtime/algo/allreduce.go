@@ -27,13 +27,17 @@ func allReduceRing(c *Ctx, send, recv []byte, count int) error {
 		lo, hi := span(count, n, seg)
 		return c.piece(buf, lo, hi, nsub, j)
 	}
+	// Step 0 of chunk j sends this rank's own segment r, pre-scaled if the
+	// op wants it.
+	first := func(p *prims, j int) error {
+		return p.copySend(c.next(), j*2*(n-1), piece(send, r, j), piece(recv, r, j))
+	}
 	return c.run(func(p *prims) error {
+		if err := first(p, 0); err != nil {
+			return err
+		}
 		for j := 0; j < nsub; j++ {
 			step := j * 2 * (n - 1)
-			// Step 0 sends this rank's own segment r, pre-scaled if the op wants it.
-			if err := p.copySend(c.next(), step, piece(send, r, j), piece(recv, r, j)); err != nil {
-				return err
-			}
 			// Reduce-scatter: receive segment r-s-1, add our contribution, pass it
 			// on; the last one (segment r+1) is complete here and starts the allgather.
 			for s := 0; s < n-1; s++ {
@@ -56,6 +60,17 @@ func allReduceRing(c *Ctx, send, recv []byte, count int) error {
 				var err error
 				if t < n-2 {
 					err = p.recvCopySend(c.prev(), c.next(), s, dst)
+				} else if j+1 < nsub {
+					// Chunk j+1's first frame goes out before chunk j's last
+					// one comes in: the peer can start on chunk j+1 while this
+					// rank still waits, so a rank that is ahead keeps working.
+					// Frames still go out and come in the same order on every
+					// link, and at every send this rank has sent one frame more
+					// than it has received, as before: a Lender buffering two
+					// frames still cannot close a cycle of waits (prims.go).
+					if err = first(p, j+1); err == nil {
+						err = p.recv(c.prev(), s, dst)
+					}
 				} else {
 					err = p.recv(c.prev(), s, dst)
 				}

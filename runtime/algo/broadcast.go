@@ -1,12 +1,13 @@
 package algo
 
 // BroadcastRing pipelines root's buffer down the chain root, root+1, ...,
-// root-1 in chunks: every link carries the buffer once.
+// root-1 in chunks: every link carries the buffer once. The root copies its
+// input into place as it sends it, in one pass over it.
 func BroadcastRing(c *Ctx, send, recv []byte, count, root int) error {
-	if c.Rank == root && !same(send, recv) {
-		copy(recv, send)
-	}
 	if c.N == 1 {
+		if c.Rank == root && !same(send, recv) {
+			copy(recv, send)
+		}
 		return nil
 	}
 	pos := (c.Rank - root + c.N) % c.N
@@ -17,7 +18,7 @@ func BroadcastRing(c *Ctx, send, recv []byte, count, root int) error {
 			var err error
 			switch {
 			case pos == 0:
-				err = p.send(c.next(), j, buf)
+				err = p.sendCopy(c.next(), j, c.piece(send, 0, count, nsub, j), buf)
 			case pos < c.N-1:
 				err = p.recvCopySend(c.prev(), c.next(), j, buf)
 			default:

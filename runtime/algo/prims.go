@@ -15,6 +15,7 @@ import (
 //
 //	send                the peer gets a local buffer
 //	copySend            the peer gets pre(local) (PreMulSum scales, others copy)
+//	sendCopy            dst = local, and the peer gets it
 //	recv                a frame lands in its final place (NCCL's directRecv:
 //	                    links read into the destination, no FIFO copy)
 //	recvReduceCopy      dst = payload ⊕ local
@@ -167,6 +168,33 @@ func (p *prims) copySend(peer, step int, src, tmp []byte) error {
 	}, tmp)
 }
 
+// sendCopy: dst = src, and the peer gets it; block by block when the peer
+// lends its slot, so that src is read from memory once.
+func (p *prims) sendCopy(peer, step int, src, dst []byte) error {
+	if same(src, dst) {
+		return p.send(peer, step, src)
+	}
+	return p.produce(peer, step, len(src), func(out []byte) error {
+		if same(out, dst) { // not lent: dst is the frame
+			kernels.Copy(dst, src, p.stream)
+			return nil
+		}
+		copyTwice(out, dst, src, p.stream)
+		return nil
+	}, dst)
+}
+
+// copyTwice copies src into out (cached: a FIFO slot, read next) and into
+// dst (streamed when stream), a block at a time, so that src is read once.
+func copyTwice(out, dst, src []byte, stream bool) {
+	const block = 16 << 10 // stays in L1 between its two copies
+	for o := 0; o < len(src); o += block {
+		e := min(o+block, len(src))
+		kernels.Copy(out[o:e], src[o:e], false)
+		kernels.Copy(dst[o:e], src[o:e], stream)
+	}
+}
+
 // ---- receiving
 
 // recv: the frame of step from peer lands in dst. A result large enough
@@ -233,14 +261,7 @@ func (p *prims) recvCopySend(from, to, step int, dst []byte) error {
 		}
 		h := p.c.hdr(step)
 		h.Len = uint64(len(dst))
-		return p.c.Links[from].RecvWith(h, func(pl []byte) {
-			const block = 16 << 10 // stays in L1 between its two copies
-			for o := 0; o < len(pl); o += block {
-				e := min(o+block, len(pl))
-				kernels.Copy(out[o:e], pl[o:e], false)
-				kernels.Copy(dst[o:e], pl[o:e], p.stream)
-			}
-		})
+		return p.c.Links[from].RecvWith(h, func(pl []byte) { copyTwice(out, dst, pl, p.stream) })
 	}, dst)
 }
 
