@@ -1,23 +1,33 @@
 package algo
 
+import "gocl/kernels"
+
 // AllGatherRing passes blocks around the ring: at step t a rank forwards the
 // block it received at step t-1, so each link carries (n-1) blocks. Chunk j
-// of every block goes round before chunk j+1 starts.
+// of every block goes round before chunk j+1 starts. Out of place, chunk j
+// of this rank's own block is sent from send and copied into recv right
+// after, while it is still in cache, instead of in one pass over memory
+// before the ring starts.
 func AllGatherRing(c *Ctx, send, recv []byte, count int) error {
 	n, r := c.N, c.Rank
 	block := func(i int) []byte { return recv[i*count*c.Elem : (i+1)*count*c.Elem] }
-	if !same(send, block(r)) {
-		copy(block(r), send)
-	}
+	own := !same(send, block(r))
 	if n == 1 {
+		if own {
+			copy(block(r), send)
+		}
 		return nil
 	}
 	nsub := c.chunks(count)
 	return c.run(func(p *prims) error {
 		for j := 0; j < nsub; j++ {
 			step := j * (n - 1)
-			if err := p.send(c.next(), step, c.piece(block(r), 0, count, nsub, j)); err != nil {
+			src := c.piece(send, 0, count, nsub, j)
+			if err := p.send(c.next(), step, src); err != nil {
 				return err
+			}
+			if own {
+				kernels.Copy(c.piece(block(r), 0, count, nsub, j), src, p.stream)
 			}
 			for t := 0; t < n-1; t++ {
 				dst := c.piece(block((r-t-1+n)%n), 0, count, nsub, j)
