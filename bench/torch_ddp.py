@@ -77,8 +77,8 @@ def worker(args) -> None:
         else:
             dist.all_gather_into_tensor(bufs[0], bufs[1], group=g)
 
-    for op in OPS if args.collectives else ():
-        for size in [s for s in SIZES if s <= args.max_bytes]:
+    for op in args.ops.split(",") if args.collectives else ():
+        for size in [s for s in SIZES if args.min_bytes <= s <= args.max_bytes]:
             count = max(world, size // 4 // world * world)
             bufs = (torch.ones(count), torch.ones(count // world))
 
@@ -170,7 +170,7 @@ def max_diff(a, b) -> float:
 
 # ---------------------------------------------------------------- launcher
 def run(n: int, args) -> list[dict]:
-    worker_args = ["--max-bytes", str(args.max_bytes), "--rounds", str(args.rounds), "--burst-s", str(args.burst_s),
+    worker_args = ["--ops", args.ops, "--min-bytes", str(args.min_bytes), "--max-bytes", str(args.max_bytes), "--rounds", str(args.rounds), "--burst-s", str(args.burst_s),
                    "--max-iters", str(args.max_iters), "--steps", str(args.steps), "--batch", str(args.batch)]
     worker_args += ([] if args.fsdp else ["--no-fsdp"]) + ([] if args.collectives else ["--no-collectives"])
     rows = []
@@ -207,6 +207,8 @@ def table(rows: list[dict], head: bool = True) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-n", "--ranks", type=int, action="append", help="rank counts (default: 2 and 4)")
+    p.add_argument("--ops", default=",".join(OPS), help="collectives to time, comma-separated (default: all)")
+    p.add_argument("--min-bytes", type=int, default=0, help="smallest collective size in bytes")
     p.add_argument("--max-bytes", type=int, default=16 << 20, help="largest collective size in bytes")
     p.add_argument("--rounds", type=int, default=5, help="alternating rounds per size (median taken)")
     p.add_argument("--burst-s", type=float, default=0.03, help="target seconds per timed burst")
