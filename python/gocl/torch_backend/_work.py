@@ -235,8 +235,11 @@ class StreamWork(dist.Work):
         with self._ex.lock:
             if self._state is None:
                 err = self._err
-                if err is None and self._mark is not None:
-                    err = self._mark.err
+                mark = self._mark
+                if err is None and mark is not None:
+                    if not mark.done:  # from libgocl's host function: the work is done, its status not read yet
+                        mark.query()
+                    err = mark.err
                 if err is None:
                     try:
                         for t in self._tasks:
