@@ -204,7 +204,8 @@ def max_diff(a, b) -> float:
 
 # ---------------------------------------------------------------- launcher
 def run(n: int, args) -> list[dict]:
-    worker_args = ["--ops", args.ops, "--min-bytes", str(args.min_bytes), "--max-bytes", str(args.max_bytes), "--rounds", str(args.rounds), "--burst-s", str(args.burst_s),
+    worker_args = ["--ops", args.ops, "--min-bytes", str(args.min_bytes),
+                   "--max-bytes", str(args.max_bytes), "--rounds", str(args.rounds), "--burst-s", str(args.burst_s),
                    "--max-iters", str(args.max_iters), "--steps", str(args.steps), "--batch", str(args.batch)]
     worker_args += ["--cpu"] if args.cpu else []
     worker_args += ([] if args.fsdp else ["--no-fsdp"]) + ([] if args.collectives else ["--no-collectives"])
