@@ -77,8 +77,8 @@ def worker(args) -> None:
         else:
             dist.all_gather_into_tensor(bufs[0], bufs[1], group=g)
 
-    for op in OPS if args.collectives else ():
-        for size in [s for s in SIZES if s <= args.max_bytes]:
+    for op in args.ops.split(",") if args.collectives else ():
+        for size in [s for s in SIZES if args.min_bytes <= s <= args.max_bytes]:
             count = max(world, size // 4 // world * world)
             bufs = (torch.ones(count), torch.ones(count // world))
 
@@ -109,13 +109,18 @@ def worker(args) -> None:
     opts = {n: torch.optim.SGD(ddp[n].parameters(), lr=0.01) for n in groups}
 
     def timed_step(models, optims):
-        def step(name):  # one training step of models[name], timed
+        def step(name):  # one training step of models[name]: wall seconds, (main, other threads' CPU seconds)
             dist.barrier(group=groups[name])
+            c0 = thread_cpu() if args.cpu else None
             t0 = time.perf_counter()
             optims[name].zero_grad(set_to_none=True)
             torch.nn.functional.mse_loss(models[name](x), y).backward()
             optims[name].step()
-            return time.perf_counter() - t0
+            t = time.perf_counter() - t0
+            if c0 is None:
+                return t, None
+            c1 = thread_cpu()
+            return t, (c1[0] - c0[0], c1[1] - c0[1])
         return step
 
     step_rows(emit, "ddp_step", timed_step(ddp, opts), args.steps)
@@ -157,11 +162,40 @@ def step_rows(emit, kind, step, steps) -> None:
         step(name)
         step(name)
     times = {"gocl": [], "gloo": []}
+    cpu = {"gocl": [], "gloo": []}
     for r in range(steps):
         for name in (("gocl", "gloo") if r % 2 == 0 else ("gloo", "gocl")):
-            times[name].append(step(name))
-    emit({"kind": kind, "size": 0, "iters": steps,
-          "gocl": statistics.median(times["gocl"]), "gloo": statistics.median(times["gloo"])})
+            t, c = step(name)
+            times[name].append(t)
+            if c is not None:
+                cpu[name].append(c)
+    row = {"kind": kind, "size": 0, "iters": steps,
+           "gocl": statistics.median(times["gocl"]), "gloo": statistics.median(times["gloo"])}
+    for name, cs in cpu.items():
+        if cs:
+            # means: /proc counts CPU in clock ticks (10 ms), so only sums over many steps resolve it
+            row[f"{name}_cpu_ms"] = [round(statistics.fmean(c[i] for c in cs) * 1e3, 2) for i in (0, 1)]
+    emit(row)
+
+
+def thread_cpu() -> tuple[float, float]:
+    """CPU seconds so far of this process's main thread and of all its other
+    threads (the backends' communication threads), from /proc (Linux): the
+    measure that load on the machine hardly moves, where wall time does."""
+    tick, main, other = os.sysconf("SC_CLK_TCK"), 0.0, 0.0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:  # the thread ended meanwhile
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        used = (int(fields[11]) + int(fields[12])) / tick
+        if int(tid) == os.getpid():
+            main += used
+        else:
+            other += used
+    return main, other
 
 
 def max_diff(a, b) -> float:
@@ -170,8 +204,10 @@ def max_diff(a, b) -> float:
 
 # ---------------------------------------------------------------- launcher
 def run(n: int, args) -> list[dict]:
-    worker_args = ["--max-bytes", str(args.max_bytes), "--rounds", str(args.rounds), "--burst-s", str(args.burst_s),
+    worker_args = ["--ops", args.ops, "--min-bytes", str(args.min_bytes),
+                   "--max-bytes", str(args.max_bytes), "--rounds", str(args.rounds), "--burst-s", str(args.burst_s),
                    "--max-iters", str(args.max_iters), "--steps", str(args.steps), "--batch", str(args.batch)]
+    worker_args += ["--cpu"] if args.cpu else []
     worker_args += ([] if args.fsdp else ["--no-fsdp"]) + ([] if args.collectives else ["--no-collectives"])
     rows = []
     for row in launch(os.path.abspath(__file__), n, worker_args):
@@ -186,8 +222,10 @@ def run(n: int, args) -> list[dict]:
 def describe(row) -> str:
     if "gocl" in row:
         what = row["kind"] + ("" if row["kind"].endswith("_step") else f" {human(row['size'])}")
+        cpu = "".join(f"  {n} CPU ms main/comm {row[n + '_cpu_ms'][0]}/{row[n + '_cpu_ms'][1]}"
+                      for n in ("gloo", "gocl") if n + "_cpu_ms" in row)
         return (f"{what:34} gloo {row['gloo'] * 1e6:10.1f} us  gocl {row['gocl'] * 1e6:10.1f} us  "
-                f"ratio {row['gloo'] / row['gocl']:5.2f}")
+                f"ratio {row['gloo'] / row['gocl']:5.2f}{cpu}")
     return json.dumps(row)
 
 
@@ -207,6 +245,8 @@ def table(rows: list[dict], head: bool = True) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-n", "--ranks", type=int, action="append", help="rank counts (default: 2 and 4)")
+    p.add_argument("--ops", default=",".join(OPS), help="collectives to time, comma-separated (default: all)")
+    p.add_argument("--min-bytes", type=int, default=0, help="smallest collective size in bytes")
     p.add_argument("--max-bytes", type=int, default=16 << 20, help="largest collective size in bytes")
     p.add_argument("--rounds", type=int, default=5, help="alternating rounds per size (median taken)")
     p.add_argument("--burst-s", type=float, default=0.03, help="target seconds per timed burst")
@@ -216,6 +256,8 @@ def main() -> None:
     p.add_argument("--no-fsdp", dest="fsdp", action="store_false", help="leave out the FSDP2 step")
     p.add_argument("--no-collectives", dest="collectives", action="store_false",
                    help="leave out the collectives (steps only)")
+    p.add_argument("--cpu", action="store_true",
+                   help="also report each step's CPU time per rank: main thread, other threads (communication)")
     p.add_argument("--markdown", action="store_true", help="print a markdown table at the end")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()

@@ -1,5 +1,7 @@
 package algo
 
+import "gocl/kernels"
+
 // AllGatherRing passes blocks around the ring: at step t a rank forwards the
 // block it received at step t-1, so each link carries (n-1) blocks. Chunk j
 // of every block goes round before chunk j+1 starts. This rank's own block
@@ -45,20 +47,24 @@ func AllGatherDirect(c *Ctx, send, recv []byte, count int) error {
 	n, r := c.N, c.Rank
 	size := count * c.Elem
 	block := func(i int) []byte { return recv[i*size : (i+1)*size] }
-	if !same(send, block(r)) {
-		copy(block(r), send)
-	}
-	if n == 1 {
-		return nil
-	}
-	if c.buffered(size) {
+	own := !same(send, block(r))
+	if n == 1 || c.buffered(size) {
+		if own {
+			copy(block(r), send)
+		}
+		if n == 1 {
+			return nil
+		}
 		return c.exchangeInline(block)
 	}
 	return c.run(func(p *prims) error {
 		for k := 1; k < n; k++ {
-			if err := p.send(c.peer(k), 0, block(r)); err != nil {
+			if err := p.send(c.peer(k), 0, send); err != nil {
 				return err
 			}
+		}
+		if own { // after the sends, so that peers need not wait for it
+			kernels.Copy(block(r), send, p.stream)
 		}
 		for k := 1; k < n; k++ {
 			q := c.peer(-k)

@@ -206,7 +206,8 @@ class StreamWork(dist.Work):
     _mark: _Mark | None = None  # None: not issued yet
     _err = None  # an error raised while issuing or finishing
     _state = None  # None, True (done) or _FAILED
-    _future: Future | None = None
+    _future: Future | None = None  # get_future()'s: _source, then _outcome
+    _source: Future | None = None  # settled with (error or None, result) once the work is done
 
     def __init__(self, ex: Executor, tasks, result):
         super().__init__()
@@ -220,7 +221,7 @@ class StreamWork(dist.Work):
         self._err = err
         if err is not None:
             self._complete()
-        elif self._future is not None and not self._future.done():
+        elif self._source is not None and not self._source.done():
             self._ex.on_done(self)
 
     def _ready(self) -> bool:
@@ -235,8 +236,11 @@ class StreamWork(dist.Work):
         with self._ex.lock:
             if self._state is None:
                 err = self._err
-                if err is None and self._mark is not None:
-                    err = self._mark.err
+                mark = self._mark
+                if err is None and mark is not None:
+                    if not mark.done:  # from libgocl's host function: the work is done, its status not read yet
+                        mark.query()
+                    err = mark.err
                 if err is None:
                     try:
                         for t in self._tasks:
@@ -245,13 +249,10 @@ class StreamWork(dist.Work):
                         err = exc
                 self._err = err
                 self._state = True if err is None else _FAILED
-        fut = self._future
-        if fut is not None and not fut.done():
+        src = self._source
+        if src is not None and not src.done():
             try:
-                if self._state is _FAILED:
-                    fut.set_exception(self._err)
-                else:
-                    fut.set_result(self._result)
+                src.set_result((self._err if self._state is _FAILED else None, self._result))
             except RuntimeError:  # settled meanwhile by another thread
                 pass
 
@@ -274,7 +275,11 @@ class StreamWork(dist.Work):
 
     def get_future(self) -> Future:
         if self._future is None:
-            self._future = Future()
+            # A C++ reader (DDP's reducer) sees an error only as the future's
+            # error, which Python can set only by raising in a then() callback
+            # (set_exception would hand it the exception as the value).
+            self._source = Future()
+            self._future = self._source.then(_outcome)
             if self._state is None and self._ready():
                 self._complete()
             elif self._state is None:
@@ -305,6 +310,13 @@ class StreamWork(dist.Work):
 
     def synchronize(self):
         self.wait()
+
+
+def _outcome(source: Future):
+    err, result = source.value()
+    if err is not None:
+        raise err
+    return result
 
 
 GoclWork = StreamWork  # the name other modules and older tests use

@@ -56,6 +56,22 @@ def test_dead_peer_fails_the_survivor():
 
 
 @pytest.mark.ranks(2)
+def test_future_of_a_failed_async_call_fails():
+    """The future of an asynchronous call that fails while queued is settled
+    by libgocl's host function with the error, not with a result (DDP reads
+    its buckets from these futures)."""
+    dist.init_process_group("gocl")
+    rank = dist.get_rank()
+    dist.all_reduce(torch.ones(3))
+    busy = dist.all_reduce(torch.ones(1 << 22), async_op=True)  # keeps the stream busy: the next one is queued
+    fut = dist.all_reduce(torch.ones(3 + rank), async_op=True).get_future()  # counts disagree
+    with pytest.raises(Exception, match="ranks disagree"):
+        fut.wait()
+    busy.wait()
+    os._exit(0)  # skip destroy/atexit: the group is broken
+
+
+@pytest.mark.ranks(2)
 @pytest.mark.parametrize("how", ["backend.abort", "backend.shutdown", "group.shutdown", "group.shutdown.queued"])
 def test_abort_from_another_thread_unblocks_a_stuck_all_reduce(how):
     """abort() and shutdown(), on the backend or on torch's ProcessGroup,
