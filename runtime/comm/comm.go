@@ -41,7 +41,9 @@ type Comm struct {
 	key                   string
 	plan                  *tune.Plan // nil until init's exchange: every call is direct
 	chunk                 int
-	timeout               time.Duration // bound on every wait for a peer; 0: none
+	timeout               time.Duration      // bound on every wait for a peer; 0: none
+	deadline              transport.Deadline // the running call's, shared with the links that take it
+	eager                 []transport.Link   // links that are not transport.DeadlineSharers: SetDeadline at every call
 
 	opMu    sync.Mutex // one operation at a time; held for the whole call
 	seq     uint64     // collective calls so far
@@ -180,6 +182,13 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 	if err := c.connect(ln, id.Secret(), deadline); err != nil {
 		inproc.Forget(c.key)
 		return nil, err
+	}
+	for _, l := range c.links {
+		if s, ok := l.(transport.DeadlineSharer); ok {
+			s.ShareDeadline(&c.deadline)
+		} else if l != nil {
+			c.eager = append(c.eager, l)
+		}
 	}
 	c.flight = newFlightRecorder(c)
 	serving = true // release closes it from now on

@@ -166,9 +166,6 @@ func poll(try func() bool) bool {
 			busyRounds.CompareAndSwap(rounds, rounds/2)
 		}
 	}
-	if start == 0 {
-		start = since()
-	}
 	for {
 		// Raw: a yield never blocks, and a Syscall that outlasts sysmon's
 		// 20 µs tick (the core went to another rank) has its P handed off,
@@ -178,7 +175,11 @@ func poll(try func() bool) bool {
 		if try() {
 			return true
 		}
-		if since()-start >= limit {
+		// The budget starts after the first yield when the busy phase did
+		// not read the clock: a wait that one yield ends reads it not at all.
+		if now := since(); start == 0 {
+			start = now
+		} else if now-start >= limit {
 			return false
 		}
 	}
