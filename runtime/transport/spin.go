@@ -132,9 +132,11 @@ func affinityCores() int {
 // took 4.6-6.6 µs an 8-byte allreduce spread 2+2, 7-9 µs spread 3+1 and
 // 10-15 µs all on one core; 2 ranks on one core of 2, 4-7 µs against 0.7.
 // Ranks call it with their local rank once set up, from the thread that
-// will call them (a C thread that calls into Go keeps its OS thread).
+// will call them (a C thread that calls into Go keeps its OS thread). Only
+// when the host's ranks fill its cores: with cores to spare the kernel's
+// choice (SMT siblings, interrupt-heavy CPUs, NUMA) is the better one.
 func Settle(slot int) {
-	if hostRanks.Load() < 2 {
+	if r := int(hostRanks.Load()); r < 2 || r < Cores() {
 		return
 	}
 	var mask, one [128]uint64

@@ -79,7 +79,7 @@ func TestBusyPhaseAdapts(t *testing.T) {
 }
 
 // Settle places the calling thread on CPU slot%n of its mask and gives the
-// whole mask back; with one rank on the host it does nothing.
+// whole mask back, when the host's ranks fill its CPUs.
 func TestSettlePlacesWithoutBinding(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -98,7 +98,7 @@ func TestSettlePlacesWithoutBinding(t *testing.T) {
 	if len(cpus) < 2 {
 		t.Skip("one CPU: nothing to place")
 	}
-	hostRanks.Store(2)
+	hostRanks.Store(int32(len(cpus))) // as many ranks as CPUs
 	for slot := range 2 * len(cpus) {
 		Settle(slot)
 		if got, want := currentCPU(t), cpus[slot%len(cpus)]; got != want {
