@@ -42,7 +42,9 @@ type Comm struct {
 	key                   string
 	plan                  *tune.Plan // nil until init's exchange: every call is direct
 	chunk                 int
-	timeout               time.Duration // bound on every wait for a peer; 0: none
+	timeout               time.Duration      // bound on every wait for a peer; 0: none
+	deadline              transport.Deadline // the running call's, shared with the links that take it
+	eager                 []transport.Link   // links that are not transport.DeadlineSharers: SetDeadline at every call
 
 	opMu    sync.Mutex // one operation at a time; held for the whole call
 	seq     uint64     // collective calls so far
@@ -183,6 +185,13 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 		inproc.Forget(c.key)
 		return nil, err
 	}
+	for _, l := range c.links {
+		if s, ok := l.(transport.DeadlineSharer); ok {
+			s.ShareDeadline(&c.deadline)
+		} else if l != nil {
+			c.eager = append(c.eager, l)
+		}
+	}
 	c.flight = newFlightRecorder(c)
 	serving = true // release closes it from now on
 	go bootstrap.Serve(ln, rank, c.secret, c.answer)
@@ -191,6 +200,7 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 		c.release()
 		return nil, err
 	}
+	transport.Settle(c.localRank)
 	debuglog.Infof(debuglog.Init, rank, "init done: rank %d/%d, node %d/%d, local rank %d/%d, chunk %d B, %s, direct up to %d B, timeout %s",
 		rank, nranks, c.node, c.nnodes, c.localRank, c.localRanks, c.chunk, settings, settings.DirectMax, timeoutString(timeout))
 	return c, nil

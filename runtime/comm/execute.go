@@ -231,16 +231,19 @@ func (c *Comm) p2p(op *Op) error {
 }
 
 // armDeadline bounds every wait of the operation starting now by the
-// communicator's timeout (none when it is 0) and returns the deadline.
-func (c *Comm) armDeadline() time.Time {
+// communicator's timeout (none when it is 0). Links that share c.deadline
+// read the clock only if a wait has to sleep (transport.Deadline); the
+// others get a deadline from now, at a clock read per call.
+func (c *Comm) armDeadline() {
+	c.deadline.Arm(c.timeout)
+	if len(c.eager) == 0 {
+		return
+	}
 	var deadline time.Time
 	if c.timeout > 0 {
-		deadline = transport.Now().Add(c.timeout) // a clock read less than time.Now: this is every call's cost
+		deadline = transport.Now().Add(c.timeout) // a clock read less than time.Now
 	}
-	for _, l := range c.links {
-		if l != nil {
-			l.SetDeadline(deadline)
-		}
+	for _, l := range c.eager {
+		l.SetDeadline(deadline)
 	}
-	return deadline
 }

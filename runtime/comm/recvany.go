@@ -53,7 +53,7 @@ func (c *Comm) RecvAny(buf unsafe.Pointer, count int, typ kernels.DataType) (pee
 		}
 		c.prog.leave()
 	}()
-	deadline := c.armDeadline()
+	c.armDeadline()
 	waiting := func(p int) bool {
 		if pk, ok := probers[p].(transport.Peeker); ok {
 			h, ok := pk.Peek()
@@ -80,7 +80,7 @@ func (c *Comm) RecvAny(buf unsafe.Pointer, count int, typ kernels.DataType) (pee
 		if peer >= 0 {
 			break
 		}
-		if !deadline.IsZero() && time.Now().After(deadline) {
+		if dl := c.deadline.UnixNano(); dl != 0 && transport.Now().UnixNano() > dl {
 			return -1, status.Errorf(status.Timeout,
 				"rank %d: recv from any source of %d %s timed out: no rank sent within GOCL_TIMEOUT (a sender is stuck, too slow, or not sending to rank %d)",
 				c.rank, count, typ, c.rank)

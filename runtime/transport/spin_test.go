@@ -1,9 +1,16 @@
 package transport
 
 import (
+	"bytes"
+	"math/bits"
+	"os"
 	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // ShareProcess raises GOMAXPROCS only while in-process links hold it, and
@@ -69,4 +76,57 @@ func TestBusyPhaseAdapts(t *testing.T) {
 	if got := busyRounds.Load(); got != maxBusyRounds {
 		t.Fatalf("after a wait that succeeded within its shortened phase: busy phase of %d rounds, want %d", got, maxBusyRounds)
 	}
+}
+
+// Settle places the calling thread on CPU slot%n of its mask and gives the
+// whole mask back, when the host's ranks fill its CPUs.
+func TestSettlePlacesWithoutBinding(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer hostRanks.Store(hostRanks.Load())
+	var mask [128]uint64
+	n, _, errno := syscall.RawSyscall(syscall.SYS_SCHED_GETAFFINITY, 0, unsafe.Sizeof(mask), uintptr(unsafe.Pointer(&mask)))
+	if errno != 0 {
+		t.Fatal(errno)
+	}
+	var cpus []int
+	for i, w := range mask[:n/8] {
+		for ; w != 0; w &= w - 1 {
+			cpus = append(cpus, i*64+bits.TrailingZeros64(w))
+		}
+	}
+	if len(cpus) < 2 {
+		t.Skip("one CPU: nothing to place")
+	}
+	hostRanks.Store(int32(len(cpus))) // as many ranks as CPUs
+	for slot := range 2 * len(cpus) {
+		Settle(slot)
+		if got, want := currentCPU(t), cpus[slot%len(cpus)]; got != want {
+			// The kernel may move the thread right away; it rarely does.
+			t.Logf("Settle(%d): on CPU %d, want %d (moved since?)", slot, got, want)
+			Settle(slot)
+			if got = currentCPU(t); got != want {
+				t.Fatalf("Settle(%d) twice: on CPU %d, want %d", slot, got, want)
+			}
+		}
+		var after [128]uint64
+		syscall.RawSyscall(syscall.SYS_SCHED_GETAFFINITY, 0, unsafe.Sizeof(after), uintptr(unsafe.Pointer(&after)))
+		if after != mask {
+			t.Fatalf("Settle(%d) left the affinity mask %x, want %x back", slot, after[:n/8], mask[:n/8])
+		}
+	}
+}
+
+// currentCPU is the CPU the calling thread last ran on (/proc's field 39).
+func currentCPU(t *testing.T) int {
+	b, err := os.ReadFile("/proc/thread-self/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:])) // after the command name
+	cpu, err := strconv.Atoi(f[36])                                // field 39: 3 fields precede f[0]
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cpu
 }
