@@ -173,24 +173,23 @@ def step_rows(emit, kind, step, steps) -> None:
            "gocl": statistics.median(times["gocl"]), "gloo": statistics.median(times["gloo"])}
     for name, cs in cpu.items():
         if cs:
-            # means: /proc counts CPU in clock ticks (10 ms), so only sums over many steps resolve it
-            row[f"{name}_cpu_ms"] = [round(statistics.fmean(c[i] for c in cs) * 1e3, 2) for i in (0, 1)]
+            row[f"{name}_cpu_ms"] = [round(statistics.median(c[i] for c in cs) * 1e3, 2) for i in (0, 1)]
     emit(row)
 
 
 def thread_cpu() -> tuple[float, float]:
     """CPU seconds so far of this process's main thread and of all its other
-    threads (the backends' communication threads), from /proc (Linux): the
-    measure that load on the machine hardly moves, where wall time does."""
-    tick, main, other = os.sysconf("SC_CLK_TCK"), 0.0, 0.0
+    threads (the backends' communication threads), from the scheduler's
+    per-thread run time in /proc (Linux, ns; stat's clock ticks are 10 ms,
+    too coarse for a step): the measure that load on the machine hardly
+    moves, where wall time does."""
+    main, other = 0.0, 0.0
     for tid in os.listdir("/proc/self/task"):
         try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                stat = f.read()
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                used = int(f.read().split()[0]) / 1e9
         except OSError:  # the thread ended meanwhile
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        used = (int(fields[11]) + int(fields[12])) / tick
         if int(tid) == os.getpid():
             main += used
         else:

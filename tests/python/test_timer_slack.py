@@ -1,0 +1,43 @@
+"""libgocl's Go threads get a coarse timer slack (see _lib._go_timer_slack);
+the thread that loads the library keeps its own."""
+
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timer slack is Linux's")
+
+_PROBE = r"""
+import os, threading
+import numpy as np
+import gocl
+from gocl import _lib
+
+def slacks():
+    return {int(t): int(open(f"/proc/{t}/timerslack_ns").read()) for t in os.listdir("/proc/self/task")}
+
+before = slacks()
+_lib.lib()
+with gocl.Communicator.local(1)[0] as comm:  # starts the runtime's worker threads
+    x = np.arange(5, dtype=np.float32)
+    comm.all_reduce(x)
+after = slacks()
+go = {t: s for t, s in after.items() if t not in before}
+print(before[os.getpid()], after[os.getpid()], len(go), min(go.values()), max(go.values()))
+"""
+
+
+def test_go_threads_get_the_slack_and_the_loader_keeps_its_own():
+    out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    loader_before, loader_after, n, low, high = map(int, out.stdout.split())
+    assert loader_after == loader_before  # the caller's thread is untouched
+    assert n >= 2  # the runtime's first thread and sysmon at least
+    assert low == high == _lib_slack()
+
+
+def _lib_slack() -> int:
+    from gocl import _lib
+
+    return _lib._GO_TIMER_SLACK_NS
