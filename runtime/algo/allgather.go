@@ -16,7 +16,7 @@ func AllGatherRing(c *Ctx, send, recv []byte, count int) error {
 		return nil
 	}
 	nsub := c.chunks(count)
-	return c.run(func(p *prims) error {
+	return c.runGather(count, func(p *prims) error {
 		for j := 0; j < nsub; j++ {
 			step := j * (n - 1)
 			own := c.piece(block(r), 0, count, nsub, j)
@@ -57,7 +57,7 @@ func AllGatherDirect(c *Ctx, send, recv []byte, count int) error {
 		}
 		return c.exchangeInline(block)
 	}
-	return c.run(func(p *prims) error {
+	return c.runGather(count, func(p *prims) error {
 		for k := 1; k < n; k++ {
 			if err := p.send(c.peer(k), 0, send); err != nil {
 				return err
@@ -80,12 +80,29 @@ func AllGatherDirect(c *Ctx, send, recv []byte, count int) error {
 // larger ranges of blocks. Only for a power-of-two number of ranks.
 func AllGatherHalvingDoubling(c *Ctx, send, recv []byte, count int) error {
 	r := c.Rank
-	if dst := recv[r*count*c.Elem : (r+1)*count*c.Elem]; !same(send, dst) {
-		copy(dst, send)
-	}
+	own := recv[r*count*c.Elem : (r+1)*count*c.Elem]
 	if c.N == 1 {
+		if !same(send, own) {
+			copy(own, send)
+		}
 		return nil
 	}
 	seg := blocks(func(i int) (int, int) { return i * count, (i + 1) * count })
-	return c.run(func(p *prims) error { return hdAllGather(c, p, seg, recv) })
+	return c.runGather(count, func(p *prims) error {
+		if !same(send, own) {
+			kernels.Copy(own, send, p.stream)
+		}
+		return hdAllGather(c, p, seg, recv)
+	})
+}
+
+// runGather is run for an allgather: its result is the N blocks of count
+// elements, not the count its header carries, so it decides streaming on
+// N*count. (On 4 ranks a 16 MiB result was written through the cache, block
+// by block under the threshold, and took 1.4x as long per byte as on 2.)
+func (c *Ctx) runGather(count int, body func(p *prims) error) error {
+	return c.run(func(p *prims) error {
+		p.stream = kernels.Streams(c.N * count * c.Elem)
+		return body(p)
+	})
 }
