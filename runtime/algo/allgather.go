@@ -23,17 +23,10 @@ func AllGatherRing(c *Ctx, send, recv []byte, count int) error {
 			if err := p.sendCopy(c.next(), step, c.piece(send, 0, count, nsub, j), own); err != nil {
 				return err
 			}
-			for t := 0; t < n-1; t++ {
-				dst := c.piece(block((r-t-1+n)%n), 0, count, nsub, j)
-				var err error
-				if t < n-2 {
-					err = p.recvCopySend(c.prev(), c.next(), step+t, dst)
-				} else {
-					err = p.recv(c.prev(), step+t, dst)
-				}
-				if err != nil {
-					return err
-				}
+			if err := p.forward(c.prev(), c.next(), n, step, func(t int) []byte {
+				return c.piece(block((r-t-1+n)%n), 0, count, nsub, j)
+			}); err != nil {
+				return err
 			}
 		}
 		return nil

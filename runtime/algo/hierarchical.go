@@ -156,19 +156,7 @@ func (h *hier) crossRest(j int) error {
 			return err
 		}
 	}
-	for t := 0; t < n-1; t++ {
-		dst, s := h.share(j, (r-t+n)%n), step+n-1+t
-		var err error
-		if t < n-2 {
-			err = p.recvCopySend(c.prev(), c.next(), s, dst)
-		} else {
-			err = p.recv(c.prev(), s, dst)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return p.forward(c.prev(), c.next(), n, step+n-1, func(t int) []byte { return h.share(j, (r-t+n)%n) })
 }
 
 // allGather is chunk j of the ring all-gather over the host's ranks: local
@@ -184,19 +172,7 @@ func (h *hier) allGather(j int) error {
 	if err := p.send(c.next(), step, h.piece(h.recv, (r+1)%n, j)); err != nil {
 		return err
 	}
-	for t := 0; t < n-1; t++ {
-		dst := h.piece(h.recv, (r-t+n)%n, j)
-		var err error
-		if t < n-2 {
-			err = p.recvCopySend(c.prev(), c.next(), step+t, dst)
-		} else {
-			err = p.recv(c.prev(), step+t, dst)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return p.forward(c.prev(), c.next(), n, step, func(t int) []byte { return h.piece(h.recv, (r-t+n)%n, j) })
 }
 
 // hostGroups returns the contexts of this rank's host (its ranks in rank

@@ -22,6 +22,7 @@ import (
 //	recvReduceSend      the next peer gets payload ⊕ local
 //	recvReduceCopySend  dst = payload ⊕ local, finished, and the next peer gets it
 //	recvCopySend        dst = payload, and the next peer gets it
+//	forward             n-1 frames round the ring: recvCopySend, then recv
 //
 // A send goes one of two ways, chosen per peer at its first frame of a call:
 //
@@ -250,6 +251,23 @@ func (p *prims) recvReduceCopySend(from, to, step int, dst, local []byte) error 
 		}
 		return p.c.Links[from].RecvWith(h, func(pl []byte) { p.c.Red.AccumulateCopy(out, dst, pl, local, p.stream) })
 	}, dst)
+}
+
+// forward is a ring's all-gather half: n-1 frames come in from prev at
+// steps step, step+1, ... into dst(t), and each but the last goes on to next.
+func (p *prims) forward(prev, next, n, step int, dst func(t int) []byte) error {
+	for t := 0; t < n-1; t++ {
+		var err error
+		if t < n-2 {
+			err = p.recvCopySend(prev, next, step+t, dst(t))
+		} else {
+			err = p.recv(prev, step+t, dst(t))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // recvCopySend: dst = payload, and to gets it, block by block so that the
