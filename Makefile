@@ -86,6 +86,10 @@ $(BUILD)/jax_ffi_test: tests/c/jax_ffi_test.c jax_ffi/xla_ffi.h lib
 $(BUILD)/fork_test: tests/c/fork_test.c lib
 	$(CC) $(CFLAGS) $< -L$(BUILD) -lgocl $(RPATH) -o $@
 
+# Go's threads get their timer slack in a program linked at start-up too.
+$(BUILD)/slack_test: tests/c/slack_test.c lib
+	$(CC) $(CFLAGS) $< -L$(BUILD) -lgocl $(RPATH) -o $@
+
 $(BUILD)/gocl-perf: $(PERF_SOURCES) lib
 	$(CC) $(CFLAGS) bench/gocl_perf.c tests/c/launch.c -L$(BUILD) -lgocl -lpthread -lm $(RPATH) -o $@
 
@@ -131,8 +135,9 @@ fuzz-short:
 test-race:
 	$(GO) test -count=1 -race -short ./runtime/... ./capi/... ./jax_ffi/... ./kernels/...
 
-test-c: $(BUILD)/gocl_test $(BUILD)/fork_test $(BUILD)/env_test $(BUILD)/jax_ffi_test
+test-c: $(BUILD)/gocl_test $(BUILD)/fork_test $(BUILD)/slack_test $(BUILD)/env_test $(BUILD)/jax_ffi_test
 	$(BUILD)/fork_test
+	$(BUILD)/slack_test
 	$(BUILD)/env_test
 	$(BUILD)/jax_ffi_test
 	for n in 1 2 3 4 5; do $(BUILD)/gocl_test -n $$n || exit 1; done

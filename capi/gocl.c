@@ -4,6 +4,9 @@
 // only thing between C and Go that must not itself need the runtime.
 #include <pthread.h>
 #include <stdint.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "gocl.h"
 #include "_cgo_export.h"
@@ -11,7 +14,37 @@
 static volatile int forked = 0;
 static void on_fork_child(void) { forked = 1; }
 
-__attribute__((constructor)) static void gocl_register_atfork(void) {
+// Timer slack for the Go runtime's threads (ns). Go's sysmon thread wakes
+// every 20 us (for 1 ms, then backing off) each time the runtime turns busy
+// after being idle: every call into libgocl between DDP's buckets, every host
+// callback. Each wake-up is a context switch: on a DDP step (2 ranks on 2
+// cores) 220-240 switches and 1.5-2 ms of CPU per rank. With 1 ms of slack the
+// kernel lets those ticks run late (75-80 switches). The runtime's timed
+// sleeps are naps and backstops (peers wake a waiter through its futex), so
+// the data path does not wait on them.
+//
+// A thread inherits its creator's slack, and the runtime starts its first
+// thread (which starts every other one) from its own constructor while the
+// library loads. So the loading thread's slack is raised just before that
+// (prioritised constructors run before the runtime's) and put back just after
+// (unprioritised ones run in link order, after the runtime's _rt0 entry;
+// tests/python/test_timer_slack.py checks both ends, for any loader).
+#define GOCL_GO_TIMER_SLACK_NS 1000000UL
+static long loader_slack = -1;
+
+__attribute__((constructor(101))) static void gocl_slack_before_go(void) {
+#ifdef __linux__
+  long was = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+  if (was >= 0 && (unsigned long)was < GOCL_GO_TIMER_SLACK_NS &&
+      prctl(PR_SET_TIMERSLACK, GOCL_GO_TIMER_SLACK_NS, 0, 0, 0) == 0)
+    loader_slack = was;
+#endif
+}
+
+__attribute__((constructor)) static void gocl_after_go(void) {
+#ifdef __linux__
+  if (loader_slack > 0) prctl(PR_SET_TIMERSLACK, (unsigned long)loader_slack, 0, 0, 0);
+#endif
   pthread_atfork(NULL, NULL, on_fork_child);
 }
 

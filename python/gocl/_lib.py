@@ -9,7 +9,6 @@ GIL during every call, so a blocking collective does not freeze Python.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import threading
@@ -131,38 +130,6 @@ def _mark_forked() -> None:
 os.register_at_fork(after_in_child=_mark_forked)
 
 
-# Timer slack for the Go runtime's threads (Linux, ns). Go's sysmon thread
-# wakes every 20 us (for 1 ms, then backing off) each time the runtime turns
-# busy after being idle: every call into libgocl between DDP's buckets, every
-# host callback. Each wake-up is a context switch: on a DDP step (2 ranks on
-# 2 cores) 220-240 switches and 1.5-2 ms of CPU per rank, a quarter of
-# gocl's communication CPU. With 1 ms of slack the kernel lets those ticks
-# run late, and the step's switches fall to 75-80. The runtime's timed sleeps
-# are scheduler naps and backstops (peers wake a waiter through its futex),
-# so the data path does not wait on them.
-_GO_TIMER_SLACK_NS = 1_000_000
-_PR_SET_TIMERSLACK, _PR_GET_TIMERSLACK = 29, 30
-
-
-@contextlib.contextmanager
-def _go_timer_slack():
-    """Load the library with this thread's timer slack raised: the Go
-    runtime starts its first thread while it loads, and every thread of the
-    runtime (sysmon's included) inherits that thread's slack; this thread
-    gets its own back."""
-    try:
-        prctl = ctypes.CDLL(None).prctl
-    except (OSError, AttributeError):  # no prctl: not Linux
-        prctl = None
-    was = prctl(_PR_GET_TIMERSLACK, 0, 0, 0, 0) if prctl else -1
-    raised = 0 <= was < _GO_TIMER_SLACK_NS and prctl(_PR_SET_TIMERSLACK, ctypes.c_ulong(_GO_TIMER_SLACK_NS), 0, 0, 0) == 0
-    try:
-        yield
-    finally:
-        if raised:
-            prctl(_PR_SET_TIMERSLACK, ctypes.c_ulong(was), 0, 0, 0)
-
-
 def lib() -> ctypes.CDLL:
     """The loaded library (loading it on first use)."""
     global _lib, _loaded_pid
@@ -180,8 +147,7 @@ def lib() -> ctypes.CDLL:
             if not path.exists():
                 raise OSError(
                     f"libgocl.so not found at {path}: reinstall gocl (uv pip install -e .) or set GOCL_LIBRARY")
-            with _go_timer_slack():
-                dll = ctypes.CDLL(str(path))
+            dll = ctypes.CDLL(str(path))  # its constructors give Go's threads their timer slack (capi/gocl.c)
             for signatures, restype in ((_SIGNATURES, c_int), (_STRING_SIGNATURES, c_char_p)):
                 for name, argtypes in signatures.items():
                     fn = getattr(dll, name)
