@@ -28,7 +28,9 @@ static void on_fork_child(void) { forked = 1; }
 // library loads. So the loading thread's slack is raised just before that
 // (prioritised constructors run before the runtime's) and put back just after
 // (unprioritised ones run in link order, after the runtime's _rt0 entry;
-// tests/python/test_timer_slack.py checks both ends, for any loader).
+// tests/c/slack_test.c and tests/python/test_timer_slack.py check both ends).
+// A thread Go starts while it runs a call on the caller's thread gets the
+// caller's slack; sysmon, started by the runtime's first thread, has 1 ms.
 #define GOCL_GO_TIMER_SLACK_NS 1000000UL
 static long loader_slack = -1;
 
