@@ -19,6 +19,13 @@ backends round by round so that machine load hits both alike:
   group): all_gather_into_tensor before each layer, reduce_scatter_tensor of
   its gradients.
 
+With ``--ceiling`` a third DDP model is timed in the same alternation: the
+same DDP over the gocl group with a comm hook that hands each bucket back at
+once (the bucketing, the copies and the autograd hooks, no communication).
+Its row (``ddp_step_ceiling``) puts that step in the gocl column, so its
+ratio is the most any backend could reach: the step if communication were
+free.
+
 Times are medians over rounds of rank 0's time; ratio = gloo / gocl (> 1:
 gocl is faster). After training, the DDP and FSDP2 parameters of the two
 backends are compared (same seeds and data: they must agree).
@@ -106,11 +113,14 @@ def worker(args) -> None:
     x = torch.randn(args.batch, 1024, generator=g)
     y = torch.randn(args.batch, 1, generator=g)
     ddp = {n: DDP(make_model(), process_group=groups[n], bucket_cap_mb=4) for n in groups}
-    opts = {n: torch.optim.SGD(ddp[n].parameters(), lr=0.01) for n in groups}
+    if args.ceiling:
+        ddp["free"] = DDP(make_model(), process_group=groups["gocl"], bucket_cap_mb=4)
+        ddp["free"].register_comm_hook(None, no_comm_hook)
+    opts = {n: torch.optim.SGD(ddp[n].parameters(), lr=0.01) for n in ddp}
 
     def timed_step(models, optims):
         def step(name):  # one training step of models[name]: wall seconds, (main, other threads' CPU seconds)
-            dist.barrier(group=groups[name])
+            dist.barrier(group=groups.get(name, groups["gocl"]))  # "free" is DDP over the gocl group
             c0 = thread_cpu() if args.cpu else None
             t0 = time.perf_counter()
             optims[name].zero_grad(set_to_none=True)
@@ -123,7 +133,7 @@ def worker(args) -> None:
             return t, (c1[0] - c0[0], c1[1] - c0[1])
         return step
 
-    step_rows(emit, "ddp_step", timed_step(ddp, opts), args.steps)
+    step_rows(emit, "ddp_step", timed_step(ddp, opts), args.steps, ("gocl", "gloo", "free")[:len(ddp)])
     emit({"kind": "ddp_params", "max_diff": max_diff(ddp["gocl"].module, ddp["gloo"].module)})
 
     # FSDP2 -------------------------------------------------------------------
@@ -157,43 +167,63 @@ def worker(args) -> None:
     dist.destroy_process_group()
 
 
-def step_rows(emit, kind, step, steps) -> None:
-    for name in ("gocl", "gloo"):  # warm up: first steps build buckets and caches
+def no_comm_hook(state, bucket):
+    """A DDP comm hook that communicates nothing: the bucket comes back as is."""
+    import torch
+
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
+
+
+def step_rows(emit, kind, step, steps, names=("gocl", "gloo")) -> None:
+    """Time steps of each of names, alternated (the order flips each round);
+    emit gocl against gloo, and "free" (if timed) against gloo as the
+    ceiling row."""
+    for name in names:  # warm up: first steps build buckets and caches
         step(name)
         step(name)
-    times = {"gocl": [], "gloo": []}
-    cpu = {"gocl": [], "gloo": []}
+    times = {n: [] for n in names}
+    cpu = {n: [] for n in names}
     for r in range(steps):
-        for name in (("gocl", "gloo") if r % 2 == 0 else ("gloo", "gocl")):
+        for name in (names if r % 2 == 0 else names[::-1]):
             t, c = step(name)
             times[name].append(t)
             if c is not None:
                 cpu[name].append(c)
-    row = {"kind": kind, "size": 0, "iters": steps,
-           "gocl": statistics.median(times["gocl"]), "gloo": statistics.median(times["gloo"])}
-    for name, cs in cpu.items():
-        if cs:
-            row[f"{name}_cpu_ms"] = [round(statistics.median(c[i] for c in cs) * 1e3, 2) for i in (0, 1)]
+    med = {n: statistics.median(ts) for n, ts in times.items()}
+    cpu_ms = {n: [round(statistics.median(c[i] for c in cs) * 1e3, 2) for i in (0, 1)] for n, cs in cpu.items() if cs}
+    row = {"kind": kind, "size": 0, "iters": steps, "gocl": med["gocl"], "gloo": med["gloo"]}
+    for name in ("gocl", "gloo"):
+        if name in cpu_ms:
+            row[f"{name}_cpu_ms"] = cpu_ms[name]
     emit(row)
+    if "free" in med:
+        row = {"kind": kind + "_ceiling", "size": 0, "iters": steps, "gocl": med["free"], "gloo": med["gloo"]}
+        if "free" in cpu_ms:
+            row["free_cpu_ms"] = cpu_ms["free"]
+        emit(row)
 
 
 def thread_cpu() -> tuple[float, float]:
-    """CPU seconds so far of this process's main thread and of all its other
-    threads (the backends' communication threads), from the scheduler's
-    per-thread run time in /proc (Linux, ns; stat's clock ticks are 10 ms,
-    too coarse for a step): the measure that load on the machine hardly
-    moves, where wall time does."""
-    main, other = 0.0, 0.0
+    """CPU seconds so far of this process's main thread (the caller) and of
+    all its other threads (the backends' communication threads): the
+    measure that load on the machine hardly moves, where wall time does.
+    The main thread's own clock is exact; the others' come from the
+    scheduler's per-thread run time in /proc (Linux, ns; stat's clock ticks
+    are 10 ms, too coarse for a step). A running thread's schedstat is only
+    brought up to date at the scheduler's next tick, so the main thread,
+    running while it reads, would be off by up to a tick each step."""
+    me = os.getpid()
+    main, other = time.thread_time(), 0.0
     for tid in os.listdir("/proc/self/task"):
+        if int(tid) == me:
+            continue
         try:
             with open(f"/proc/self/task/{tid}/schedstat") as f:
-                used = int(f.read().split()[0]) / 1e9
+                other += int(f.read().split()[0]) / 1e9
         except OSError:  # the thread ended meanwhile
             continue
-        if int(tid) == os.getpid():
-            main += used
-        else:
-            other += used
     return main, other
 
 
@@ -207,6 +237,7 @@ def run(n: int, args) -> list[dict]:
                    "--max-bytes", str(args.max_bytes), "--rounds", str(args.rounds), "--burst-s", str(args.burst_s),
                    "--max-iters", str(args.max_iters), "--steps", str(args.steps), "--batch", str(args.batch)]
     worker_args += ["--cpu"] if args.cpu else []
+    worker_args += ["--ceiling"] if args.ceiling else []
     worker_args += ([] if args.fsdp else ["--no-fsdp"]) + ([] if args.collectives else ["--no-collectives"])
     rows = []
     for row in launch(os.path.abspath(__file__), n, worker_args):
@@ -220,9 +251,9 @@ def run(n: int, args) -> list[dict]:
 
 def describe(row) -> str:
     if "gocl" in row:
-        what = row["kind"] + ("" if row["kind"].endswith("_step") else f" {human(row['size'])}")
+        what = row["kind"] + ("" if "_step" in row["kind"] else f" {human(row['size'])}")
         cpu = "".join(f"  {n} CPU ms main/comm {row[n + '_cpu_ms'][0]}/{row[n + '_cpu_ms'][1]}"
-                      for n in ("gloo", "gocl") if n + "_cpu_ms" in row)
+                      for n in ("gloo", "gocl", "free") if n + "_cpu_ms" in row)
         return (f"{what:34} gloo {row['gloo'] * 1e6:10.1f} us  gocl {row['gocl'] * 1e6:10.1f} us  "
                 f"ratio {row['gloo'] / row['gocl']:5.2f}{cpu}")
     return json.dumps(row)
@@ -232,7 +263,7 @@ def table(rows: list[dict], head: bool = True) -> str:
     out = ["| ranks | what | gloo us | gocl us | gloo/gocl |", "|---:|---|---:|---:|---:|"] if head else []
     for r in rows:
         if "gocl" in r:
-            what = r["kind"] + ("" if r["kind"].endswith("_step") else f" {human(r['size'])}")
+            what = r["kind"] + ("" if "_step" in r["kind"] else f" {human(r['size'])}")
             out.append(f"| {r['ranks']} | {what} | {r['gloo'] * 1e6:.1f} | {r['gocl'] * 1e6:.1f} | "
                        f"{r['gloo'] / r['gocl']:.2f} |")
         elif "max_diff" in r:
@@ -257,6 +288,9 @@ def main() -> None:
                    help="leave out the collectives (steps only)")
     p.add_argument("--cpu", action="store_true",
                    help="also report each step's CPU time per rank: main thread, other threads (communication)")
+    p.add_argument("--ceiling", action="store_true",
+                   help="also time DDP with a comm hook that communicates nothing (row ddp_step_ceiling: gocl "
+                        "column = that step, ratio = the most any backend could reach)")
     p.add_argument("--markdown", action="store_true", help="print a markdown table at the end")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
