@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
@@ -64,5 +65,38 @@ func TestSmallFramesReuseTheRingStart(t *testing.T) {
 	}
 	if f := a.fresh; f > 4*pageBytes {
 		t.Errorf("3000 frames of 2-2.4 KiB, each received before the next, touched %d bytes of the data ring, want at most %d", f, 4*pageBytes)
+	}
+}
+
+// With ranks sharing a core the receiver often still holds the previous
+// frame when the next is sent, so the ring is never empty: small frames must
+// still cycle through the ring's first hotBytes rather than walk all of it.
+func TestSmallFramesOneAheadStayHot(t *testing.T) {
+	a, b := cmaPair(t, false, false)
+	a.SetDeadline(time.Now().Add(5 * time.Second))
+	b.SetDeadline(time.Now().Add(5 * time.Second))
+	h := &wire.Header{Kind: wire.KindColl}
+	frame := func(i int) []byte {
+		out := make([]byte, 512+64*(i%5))
+		for j := range out {
+			out[j] = byte(i + j)
+		}
+		return out
+	}
+	if err := a.Send(h, frame(0)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < 3000; i++ {
+		if err := a.Send(h, frame(i)); err != nil { // frame i-1 is still unread
+			t.Fatal(err)
+		}
+		want := frame(i - 1)
+		in := make([]byte, len(want))
+		if err := b.RecvInto(h, in); err != nil || !bytes.Equal(in, want) {
+			t.Fatalf("frame %d: %v, or wrong bytes", i-1, err)
+		}
+		if pos := a.dhead % dataBytes; pos > hotBytes {
+			t.Fatalf("after %d frames of 0.5-0.75 KiB, one always unread, the ring's head is at %d, want at most %d", i+1, pos, hotBytes)
+		}
 	}
 }

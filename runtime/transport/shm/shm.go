@@ -85,6 +85,14 @@ const _ = uint((llWords-llDesc)*4 - LLMax)
 // (2 MiB chunks after a small ring frame did).
 const MaxPiece = dataBytes / 4
 
+// hotBytes is the part of the data ring that small pieces (up to a quarter
+// of it) cycle through: a frame that would go past it starts again at the
+// ring's start when that is free. With ranks sharing cores the receiver
+// often still holds the previous frame, so the fresh-page rule alone let
+// small frames walk the whole 4 MiB ring: cold lines and a TLB miss per
+// frame.
+const hotBytes = 32 << 10
+
 // BufferedMax bounds Buffered: well inside both the slot FIFO and the ring.
 const BufferedMax = 64 << 10
 
@@ -449,19 +457,22 @@ func (l *link) reserve(h *wire.Header, n int) (piece, []byte, error) {
 	need := uint64((n + 63) &^ 63)
 	start := l.dhead
 	pos := start % dataBytes
-	if pos+need > l.fresh && pos != 0 {
+	if pos != 0 && (pos+need > l.fresh || need <= hotBytes/4 && pos+need > hotBytes) {
 		// The piece would be the first to touch these pages of the ring: a
 		// page fault each, and the zeroing of a new page, on the critical
 		// path (4 ranks on 2 cores: a 2 KiB allreduce took 60 µs and 8 KiB
-		// 150 until the pair had moved 4 MiB, 20 and 52 after). When the
-		// peer has released everything, start again at the ring's start, so
-		// that small frames keep reusing a few hot pages; a stream of large
-		// ones, which keeps the ring busy, walks all of it as before.
+		// 150 until the pair had moved 4 MiB, 20 and 52 after). Or it is a
+		// small piece leaving the ring's first hotBytes. Start again at the
+		// ring's start when the piece there overlaps nothing still in use,
+		// so that small frames keep reusing a few hot lines and pages; a
+		// stream of large ones walks all of the ring as before.
 		l.dtail = max(l.dtail, atomic.LoadUint64(l.send.u64(offDataTail)))
+		restart := start + dataBytes - pos
 		if l.dtail == l.dhead {
-			start += dataBytes - pos
-			pos = 0
-			l.dtail = start // nothing is in use before it: the skipped bytes are free
+			l.dtail = restart // nothing is in use before it: the skipped bytes are free
+		}
+		if restart+need-l.dtail <= dataBytes {
+			start, pos = restart, 0
 		}
 	}
 	if pos+need > dataBytes {
