@@ -56,7 +56,7 @@ var table = []Var{
 	{"TIMEOUT", "600", ReadInit, "seconds an init or an operation may wait on a peer before failing with goclTimeout; a timeout given to the communicator (goclConfig_t.timeout, the torch group's timeout) takes precedence; 0: no limit"},
 	{"TRACE_BUFFER", "0", ReadInit, "keep the last N calls per communicator and print them when it fails (a flight recorder for post-mortems; 1000 when only TRACE_FILE is set)"},
 	{"TRACE_FILE", "", ReadInit, "append the flight recorder's calls as JSON lines to this file when a communicator fails or goclCommDumpTrace asks; %h is the host name, %p the pid, %r the rank; `gocl trace FILES...` lines the ranks up"},
-	{"SPIN_US", "50", ReadProcess, "microseconds a waiting rank polls (yielding the CPU) before it sleeps, when a core is free for it; scaled by cores per rank when the host's ranks outnumber its cores; 0 sleeps at once"},
+	{"SPIN_US", "50", ReadProcess, "microseconds a waiting rank polls (yielding the CPU) before it sleeps, when a core is free for it; at least 1000 when the host's ranks outnumber its cores (a yield costs the peer nothing there, a sleep idles the core); 0 sleeps at once"},
 	{"DEFAULTS", "1", ReadStartup, "1: when gocl starts on a machine that gocl doctor's knowledge base flags, it sets the safe transport settings you left unset for the other libraries in its process (today NCCL_P2P_DISABLE=1 where PCIe P2P runs behind an IOMMU or ACS) and logs each at INFO; gocl's own settings are unaffected. 0: set nothing"},
 	{"DIRECT_THRESHOLD", "32768", ReadInit, "bytes: largest call (for allgather and reducescatter: largest block) for which the tuner considers the one-shot direct algorithm; GOCL_ALGO=direct forces it at any size"},
 }

@@ -42,17 +42,28 @@ func init() {
 	})
 }
 
-// SpinFor is how long a waiter polls now: GOCL_SPIN_US, scaled by cores per
-// rank when the host's ranks outnumber its cores (4 ranks on 2 cores poll
-// half as long, 8 a quarter), so pollers leave the cores to the ranks and
-// the compute that need them while a peer running now is still caught.
+// SpinFor is how long a waiter polls now: GOCL_SPIN_US, and at least
+// crowdedSpin when the host's ranks outnumber its cores (0 still sleeps at
+// once).
 func SpinFor() time.Duration {
 	d := time.Duration(spinFor.Load())
-	if r := int64(hostRanks.Load()); r > int64(Cores()) {
-		d = d * time.Duration(Cores()) / time.Duration(r)
+	if d > 0 && Oversubscribed() {
+		d = max(d, crowdedSpin)
 	}
 	return d
 }
+
+// crowdedSpin is how long a waiter keeps yielding when ranks share cores.
+// Their waits end when a peer on this core (which the yield runs) or on
+// another one has produced a frame, tens to hundreds of µs for frames of
+// 32 KiB and up; a yield costs the peer nothing, but a waiter that sleeps
+// leaves its core idle when its core-mate waits too, and each futex wake
+// lets the kernel re-place ranks, piling them onto one core. Measured with
+// 4 ranks on 2 cores (gocl-perf all_reduce, medians of 5 alternated runs):
+// at 25 µs (50 scaled by cores per rank) the 4 ranks used 1.6-1.8 CPUs at
+// 256 KiB-4 MiB, at 1 ms 2.0, and 32 KiB-1 MiB ran 1.2-1.6x faster; 8 B to
+// 2 KiB did not change.
+const crowdedSpin = time.Millisecond
 
 // busyFor bounds the busy phase: how long a waiter polls with bare loads
 // before it starts yielding, while the host's ranks do not outnumber its
