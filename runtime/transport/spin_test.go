@@ -48,7 +48,7 @@ func TestBusyPhaseAdapts(t *testing.T) {
 	waits.Store(0)
 	never := func() bool { return false }
 	for i, want := range []int32{maxBusyRounds / 2, maxBusyRounds / 4, maxBusyRounds / 8} {
-		if poll(never) {
+		if poll(never, SpinFor()) {
 			t.Fatal("poll reported success for a condition that never held")
 		}
 		if got := busyRounds.Load(); got != want {
@@ -57,20 +57,20 @@ func TestBusyPhaseAdapts(t *testing.T) {
 	}
 	waits.Store(probeEvery - 1) // the next wait is a probe
 	n := 0
-	if !poll(func() bool { n++; return n > clockPolls+10 }) { // succeeds in the 2nd round, before any clock check
+	if !poll(func() bool { n++; return n > clockPolls+10 }, SpinFor()) { // succeeds in the 2nd round, before any clock check
 		t.Fatal("the probe did not see its condition")
 	}
 	if got := busyRounds.Load(); got != maxBusyRounds {
 		t.Fatalf("after a probe that succeeded polling: busy phase of %d rounds, want %d", got, maxBusyRounds)
 	}
-	poll(never)
-	poll(never)
+	poll(never, SpinFor())
+	poll(never, SpinFor())
 	if got := busyRounds.Load(); got != maxBusyRounds/4 {
 		t.Fatalf("after 2 more failed waits: busy phase of %d rounds, want %d", got, maxBusyRounds/4)
 	}
 	waits.Store(0) // not a probe
 	n = 0
-	if !poll(func() bool { n++; return n > clockPolls+10 }) {
+	if !poll(func() bool { n++; return n > clockPolls+10 }, SpinFor()) {
 		t.Fatal("the wait did not see its condition")
 	}
 	if got := busyRounds.Load(); got != maxBusyRounds {
