@@ -130,3 +130,50 @@ func currentCPU(t *testing.T) int {
 	}
 	return cpu
 }
+
+// On a crowded host a wait for another process (Spin) polls up to
+// crowdedSpin; one that sleeps anyway halves the next budget (not below
+// SpinFor), one that polling ends doubles it back. A wait in one process
+// (Await's poll) keeps SpinFor.
+func TestCrowdedSpinAdapts(t *testing.T) {
+	defer spinFor.Store(spinFor.Load())
+	defer hostRanks.Store(hostRanks.Load())
+	defer crowdBudget.Store(crowdBudget.Load())
+	spinFor.Store(int64(50 * time.Microsecond))
+	hostRanks.Store(int32(2 * Cores())) // two ranks per core
+	crowdBudget.Store(0)
+	if d, crowded := spinAcross(); !crowded || d != crowdedSpin {
+		t.Fatalf("crowded budget %v (crowded %t), want %v", d, crowded, crowdedSpin)
+	}
+	if SpinFor() >= crowdedSpin {
+		t.Fatalf("SpinFor %v: in-process waits must keep the scaled budget", SpinFor())
+	}
+	never := func() bool { return false }
+	start := time.Now()
+	if Spin(never) {
+		t.Fatal("Spin reported success for a condition that never held")
+	}
+	if el := time.Since(start); el < crowdedSpin/2 {
+		t.Fatalf("a crowded Spin gave up after %v, want about %v of polling", el, crowdedSpin)
+	}
+	for want := crowdedSpin / 2; want > SpinFor(); want /= 2 {
+		if d, _ := spinAcross(); d != want {
+			t.Fatalf("budget %v after waits that slept, want %v", d, want)
+		}
+		Spin(never)
+	}
+	if d, _ := spinAcross(); d != SpinFor() {
+		t.Fatalf("budget %v after many waits that slept, want the floor %v", d, SpinFor())
+	}
+	n := 0
+	if !Spin(func() bool { n++; return n > 3 }) {
+		t.Fatal("Spin missed a condition that held after a few polls")
+	}
+	if d, _ := spinAcross(); d != 2*SpinFor() {
+		t.Fatalf("budget %v after a wait that polling ended, want %v (doubled)", d, 2*SpinFor())
+	}
+	hostRanks.Store(1)
+	if d, crowded := spinAcross(); crowded || d != SpinFor() {
+		t.Fatalf("uncrowded budget %v (crowded %t), want SpinFor %v", d, crowded, SpinFor())
+	}
+}
