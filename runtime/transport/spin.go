@@ -46,12 +46,51 @@ func init() {
 // rank when the host's ranks outnumber its cores (4 ranks on 2 cores poll
 // half as long, 8 a quarter), so pollers leave the cores to the ranks and
 // the compute that need them while a peer running now is still caught.
+// Ranks of one process poll for that long; waits for another process
+// (Spin) poll longer on crowded hosts (crowdedSpin).
 func SpinFor() time.Duration {
 	d := time.Duration(spinFor.Load())
 	if r := int64(hostRanks.Load()); r > int64(Cores()) {
 		d = d * time.Duration(Cores()) / time.Duration(r)
 	}
 	return d
+}
+
+// crowdedSpin bounds how long a waiter for another process keeps yielding
+// when the host's ranks outnumber its cores (GOCL_SPIN_US=0 still sleeps at
+// once). Such waits end when a peer on this core (which the yield runs) or
+// on another one has produced a frame: tens to hundreds of µs for frames of
+// 32 KiB and up. A yield costs that peer nothing, but a waiter that sleeps
+// leaves its core idle when its core-mate waits too, and each futex wake
+// lets the kernel re-place ranks, piling them onto one core. Measured with
+// 4 processes on 2 cores (gocl-perf all_reduce, medians of 5 alternated
+// runs): at 25 µs the ranks used 1.6-1.8 CPUs at 256 KiB-4 MiB, at 1 ms
+// 2.0, and 16 KiB-64 MiB ran 1.0-1.5x faster; 8 B-8 KiB did not change.
+// Not for ranks of one process: a poller there holds one of the few Ps
+// (GOMAXPROCS) its peers' goroutines need, so it would delay them instead.
+const crowdedSpin = time.Millisecond
+
+// crowdBudget is the budget of the next crowded wait for another process,
+// in ns (0: crowdedSpin). It adapts as busyRounds does: a wait that spends
+// it all and sleeps halves it (down to SpinFor), one that ends while
+// polling doubles it. Waits that outlast any poll (a peer busy with other
+// work between calls) would otherwise burn the whole budget each time:
+// that made the shm collective tests with 3 to 8 processes on 2 cores 3x
+// slower.
+var crowdBudget atomic.Int64
+
+// spinAcross is Spin's budget: SpinFor, or on a crowded host crowdBudget,
+// at least SpinFor.
+func spinAcross() (d time.Duration, crowded bool) {
+	d = SpinFor()
+	if d <= 0 || !Oversubscribed() {
+		return d, false
+	}
+	b := time.Duration(crowdBudget.Load())
+	if b == 0 {
+		b = crowdedSpin
+	}
+	return max(d, b), true
 }
 
 // busyFor bounds the busy phase: how long a waiter polls with bare loads
@@ -170,12 +209,11 @@ func Settle(slot int) {
 }
 
 // poll runs try under the policy: busy (for an adaptive part of busyFor),
-// then yielding, until it succeeds or the budget is spent. It reports
+// then yielding, until it succeeds or limit is spent. It reports
 // whether try succeeded. The clock is read only every clockPolls polls (a
 // read costs 0.1-0.3 µs on some VMs, more than a whole exchange), so a
 // wait that ends within a µs or so never reads it.
-func poll(try func() bool) bool {
-	limit := SpinFor()
+func poll(try func() bool, limit time.Duration) bool {
 	if limit <= 0 {
 		return false
 	}
@@ -238,7 +276,21 @@ const clockPolls = 512
 // is spent, and returns whether try succeeded. The caller then sleeps its
 // own way (a futex, the netpoller).
 func Spin(try func() bool) bool {
-	return try() || poll(try)
+	if try() {
+		return true
+	}
+	limit, crowded := spinAcross()
+	ok := poll(try, limit)
+	if crowded {
+		next := limit / 2
+		if ok {
+			next = min(2*limit, crowdedSpin)
+		}
+		if next != limit {
+			crowdBudget.Store(int64(next))
+		}
+	}
+	return ok
 }
 
 // ShareProcess prepares the Go scheduler for ranks that are threads of this

@@ -137,7 +137,7 @@ func AwaitLong(b *Bell, deadline int64, ready func() bool, failed func() error) 
 }
 
 func await(b *Bell, deadline int64, ready func() bool, failed func() error, polls bool) error {
-	if ready() || (polls && poll(ready)) {
+	if ready() || (polls && poll(ready, SpinFor())) {
 		return nil
 	}
 	var timer *time.Timer
