@@ -24,7 +24,10 @@ same DDP over the gocl group with a comm hook that hands each bucket back at
 once (the bucketing, the copies and the autograd hooks, no communication).
 Its row (``ddp_step_ceiling``) puts that step in the gocl column, so its
 ratio is the most any backend could reach: the step if communication were
-free.
+free. With ``--late`` another one holds every bucket until DDP hands over
+its last one, then all_reduces them all over gocl (``ddp_step_late``): the
+step without any overlap of communication and backward, for telling what
+the overlap costs or saves.
 
 Times are medians over rounds of rank 0's time; ratio = gloo / gocl (> 1:
 gocl is faster). After training, the DDP and FSDP2 parameters of the two
@@ -116,6 +119,9 @@ def worker(args) -> None:
     if args.ceiling:
         ddp["free"] = DDP(make_model(), process_group=groups["gocl"], bucket_cap_mb=4)
         ddp["free"].register_comm_hook(None, no_comm_hook)
+    if args.late:
+        ddp["late"] = DDP(make_model(), process_group=groups["gocl"], bucket_cap_mb=4)
+        ddp["late"].register_comm_hook(LateHook(groups["gocl"]), LateHook.hook)
     opts = {n: torch.optim.SGD(ddp[n].parameters(), lr=0.01) for n in ddp}
 
     def timed_step(models, optims):
@@ -133,7 +139,7 @@ def worker(args) -> None:
             return t, (c1[0] - c0[0], c1[1] - c0[1])
         return step
 
-    step_rows(emit, "ddp_step", timed_step(ddp, opts), args.steps, ("gocl", "gloo", "free")[:len(ddp)])
+    step_rows(emit, "ddp_step", timed_step(ddp, opts), args.steps, tuple(ddp))
     emit({"kind": "ddp_params", "max_diff": max_diff(ddp["gocl"].module, ddp["gloo"].module)})
 
     # FSDP2 -------------------------------------------------------------------
@@ -167,6 +173,30 @@ def worker(args) -> None:
     dist.destroy_process_group()
 
 
+class LateHook:
+    """A DDP comm hook's state that holds the buckets until the last one
+    (bucket.is_last()), then all_reduces them all, averaged as DDP's own
+    hook does."""
+
+    def __init__(self, group):
+        self.group, self.held = group, []
+
+    @staticmethod
+    def hook(state, bucket):
+        import torch
+        import torch.distributed as dist
+
+        fut = torch.futures.Future()
+        state.held.append((bucket.buffer().div_(state.group.size()), fut))
+        if bucket.is_last():
+            works = [(dist.all_reduce(b, group=state.group, async_op=True), b, f) for b, f in state.held]
+            state.held = []
+            for w, b, f in works:
+                w.wait()
+                f.set_result(b)
+        return fut
+
+
 def no_comm_hook(state, bucket):
     """A DDP comm hook that communicates nothing: the bucket comes back as is."""
     import torch
@@ -178,8 +208,8 @@ def no_comm_hook(state, bucket):
 
 def step_rows(emit, kind, step, steps, names=("gocl", "gloo")) -> None:
     """Time steps of each of names, alternated (the order flips each round);
-    emit gocl against gloo, and "free" (if timed) against gloo as the
-    ceiling row."""
+    emit gocl against gloo, and "late" and "free" (if timed) against gloo in
+    rows of their own."""
     for name in names:  # warm up: first steps build buckets and caches
         step(name)
         step(name)
@@ -198,6 +228,11 @@ def step_rows(emit, kind, step, steps, names=("gocl", "gloo")) -> None:
         if name in cpu_ms:
             row[f"{name}_cpu_ms"] = cpu_ms[name]
     emit(row)
+    if "late" in med:
+        row = {"kind": kind + "_late", "size": 0, "iters": steps, "gocl": med["late"], "gloo": med["gloo"]}
+        if "late" in cpu_ms:
+            row["late_cpu_ms"] = cpu_ms["late"]
+        emit(row)
     if "free" in med:
         row = {"kind": kind + "_ceiling", "size": 0, "iters": steps, "gocl": med["free"], "gloo": med["gloo"]}
         if "free" in cpu_ms:
@@ -238,6 +273,7 @@ def run(n: int, args) -> list[dict]:
                    "--max-iters", str(args.max_iters), "--steps", str(args.steps), "--batch", str(args.batch)]
     worker_args += ["--cpu"] if args.cpu else []
     worker_args += ["--ceiling"] if args.ceiling else []
+    worker_args += ["--late"] if args.late else []
     worker_args += ([] if args.fsdp else ["--no-fsdp"]) + ([] if args.collectives else ["--no-collectives"])
     rows = []
     for row in launch(os.path.abspath(__file__), n, worker_args):
@@ -253,7 +289,7 @@ def describe(row) -> str:
     if "gocl" in row:
         what = row["kind"] + ("" if "_step" in row["kind"] else f" {human(row['size'])}")
         cpu = "".join(f"  {n} CPU ms main/comm {row[n + '_cpu_ms'][0]}/{row[n + '_cpu_ms'][1]}"
-                      for n in ("gloo", "gocl", "free") if n + "_cpu_ms" in row)
+                      for n in ("gloo", "gocl", "late", "free") if n + "_cpu_ms" in row)
         return (f"{what:34} gloo {row['gloo'] * 1e6:10.1f} us  gocl {row['gocl'] * 1e6:10.1f} us  "
                 f"ratio {row['gloo'] / row['gocl']:5.2f}{cpu}")
     return json.dumps(row)
@@ -291,6 +327,9 @@ def main() -> None:
     p.add_argument("--ceiling", action="store_true",
                    help="also time DDP with a comm hook that communicates nothing (row ddp_step_ceiling: gocl "
                         "column = that step, ratio = the most any backend could reach)")
+    p.add_argument("--late", action="store_true",
+                   help="also time DDP with a comm hook that all_reduces every bucket (over gocl) once backward has "
+                        "handed over the last one (row ddp_step_late: no overlap of communication and backward)")
     p.add_argument("--markdown", action="store_true", help="print a markdown table at the end")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
