@@ -69,10 +69,14 @@ const _ = uint(1<<24 - MaxPiece)
 // LLMax is the largest payload sent inside a slot (LL protocol); larger ones
 // go through the data ring (Simple protocol). LL moves 4 bytes per 8-byte
 // word and its receiver checks every word's flag, while Simple is one
-// memmove each side behind one flag: from 512 B on Simple's round trip was
-// the faster one between two cores (512 B 0.54 µs against LL's 0.85, 1 KiB
-// 0.80 against 1.6), and at 256 B they were even.
-const LLMax = 256
+// memmove each side behind one flag: a 256 B LL frame fills 10 cache lines
+// of its slot, Simple 2 of the slot and 4 of the ring. In allreduce
+// (gocl-perf, medians of 10-14 alternated runs) Simple was the faster at
+// 256 B, with 1 rank per core (0.79 µs against LL's 0.93) and with 2 (6.7
+// against 7.8: crowded ranks pay for every line in CPU time); at 128 B they
+// were even. (A round trip between two cores alone, earlier: 512 B 0.54 µs
+// Simple against LL's 0.85, 1 KiB 0.80 against 1.6.)
+const LLMax = 128
 
 // The LL payload must fit in a slot after the descriptor.
 const _ = uint((llWords-llDesc)*4 - LLMax)
@@ -538,12 +542,15 @@ func (l *link) post(p *piece, payload []byte) {
 		}
 	}
 	transport.RaceRelease()
+	// Sequentially consistent (an xchg on amd64): a full barrier between
+	// the slot's stores and the load of the receiver's sleep flag below, the
+	// mirror image of await's. The futex word is bumped only for a receiver
+	// that may sleep: a locked add on every frame cost as much as the whole
+	// slot's stores (4 ranks on 2 cores, 64 B: 39% of post's cycles).
 	atomic.StoreUint64(&slot[wFlags], first)
 	l.sseq = p.seq
-	// A locked add: a full barrier between the slot's stores and the load
-	// of the receiver's sleep flag (the receiver does the mirror image).
-	atomic.AddUint32(l.send.u32(offPosted), 1)
 	if atomic.LoadUint32(l.send.u32(offRecvWait)) != 0 {
+		atomic.AddUint32(l.send.u32(offPosted), 1)
 		wake(l.send.u32(offPosted))
 	}
 }
