@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """gocl against OpenMPI, allreduce side by side, checked against issue 10's goals.
 
-    python3 bench/compare.py [--ranks 2,4] [--rounds 3] [-b 8] [-e 64M] [-f 2] [--out-dir bench]
+    python3 bench/compare.py [--ranks 2,4] [--rounds 3] [-b 8] [-e 64M] [-f 2] [-n 1000] [--out-dir bench]
     make bench [BENCH_ARGS="--ranks 2,4,8 --rounds 5"]
 
 For every rank count the two benchmarks alternate, round after round (gocl
@@ -215,6 +215,11 @@ def main() -> int:
     p.add_argument("-e", type=size_arg, default=64 * MIB, help="largest size (64M)")
     p.add_argument("-f", type=int, default=2, help="size step factor (2)")
     p.add_argument("-d", default="float", help="data type (float)")
+    p.add_argument("-n", type=int, default=1000,
+                   help="iterations per size (1000; gocl-perf and mpi-perf cap each timed loop at 256 MiB moved "
+                        "per rank, so large sizes run fewer): at a few µs per call, nccl-tests' usual 20 let one "
+                        "descheduling of a rank sharing a core decide a row")
+    p.add_argument("-w", type=int, default=200, help="warm-up iterations per size (200; capped alike)")
     p.add_argument("--timeout", type=float, default=900, help="seconds one sweep may take (900)")
     p.add_argument("--out-dir", type=Path, default=REPO / "bench", help="where RESULTS.md, results.json go (bench/)")
     p.add_argument("--note", default="", help="a paragraph for RESULTS.md (e.g. what else ran on the machine)")
@@ -228,7 +233,7 @@ def main() -> int:
 
     ensure_mpi()
     build()
-    sweep = ["-b", str(a.b), "-e", str(a.e), "-f", str(a.f), "-d", a.d, "-c", "1"]
+    sweep = ["-b", str(a.b), "-e", str(a.e), "-f", str(a.f), "-d", a.d, "-c", "1", "-n", str(a.n), "-w", str(a.w)]
     started = datetime.datetime.now(datetime.timezone.utc)
     load_before = os.getloadavg()
     results = []
@@ -251,7 +256,8 @@ def main() -> int:
           f"Written by `bench/compare.py` (`make bench`) on {started:%Y-%m-%d %H:%M} UTC, commit {info['commit']}.",
           f"Machine: {info['cpus']} CPUs ({info['cpu']}), {info['memory']}, Linux {info['kernel']}; "
           f"{info['mpi']}; {info['go']}.", "",
-          f"{a.d} sum, out-of-place, {human(a.b)} to {human(a.e)} (factor {a.f}), results checked (-c 1). "
+          f"{a.d} sum, out-of-place, {human(a.b)} to {human(a.e)} (factor {a.f}), results checked (-c 1), "
+          f"-n {a.n} -w {a.w} (each timed loop capped at 256 MiB per rank). "
           f"gocl: `build/gocl-perf all_reduce -P N` (N processes, default transports); MPI: "
           f"`mpirun --oversubscribe --bind-to none -np N build/mpi-perf all_reduce` (C `MPI_Allreduce`). "
           f"Alternated {a.rounds} round(s) per rank count; every number is the median over the rounds. "
