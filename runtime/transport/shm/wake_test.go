@@ -15,12 +15,13 @@ func TestSleepingReceiverIsWoken(t *testing.T) {
 	a, b := cmaPair(t, false, false)
 	a.SetDeadline(time.Now().Add(10 * time.Second))
 	b.SetDeadline(time.Now().Add(10 * time.Second))
-	h := &wire.Header{Kind: wire.KindColl}
+	// Each side its own header: Send and RecvInto both write its Len.
+	sh, rh := &wire.Header{Kind: wire.KindColl}, &wire.Header{Kind: wire.KindColl}
 	for _, n := range []int{8, LLMax, LLMax + 1, 4096} {
 		for range 3 {
 			done := make(chan error, 1)
 			start := time.Now()
-			go func() { done <- b.RecvInto(h, make([]byte, n)) }()
+			go func() { done <- b.RecvInto(rh, make([]byte, n)) }()
 			for atomic.LoadUint32(a.send.u32(offRecvWait)) == 0 { // the receiver is about to sleep
 				if time.Since(start) > 5*time.Second {
 					t.Fatalf("%d B: the receiver never went to sleep", n)
@@ -29,7 +30,7 @@ func TestSleepingReceiverIsWoken(t *testing.T) {
 			}
 			time.Sleep(2 * time.Millisecond) // and is asleep by now, normally
 			sent := time.Now()
-			if err := a.Send(h, make([]byte, n)); err != nil {
+			if err := a.Send(sh, make([]byte, n)); err != nil {
 				t.Fatal(err)
 			}
 			if err := <-done; err != nil {
