@@ -228,16 +228,12 @@ def step_rows(emit, kind, step, steps, names=("gocl", "gloo")) -> None:
         if name in cpu_ms:
             row[f"{name}_cpu_ms"] = cpu_ms[name]
     emit(row)
-    if "late" in med:
-        row = {"kind": kind + "_late", "size": 0, "iters": steps, "gocl": med["late"], "gloo": med["gloo"]}
-        if "late" in cpu_ms:
-            row["late_cpu_ms"] = cpu_ms["late"]
-        emit(row)
-    if "free" in med:
-        row = {"kind": kind + "_ceiling", "size": 0, "iters": steps, "gocl": med["free"], "gloo": med["gloo"]}
-        if "free" in cpu_ms:
-            row["free_cpu_ms"] = cpu_ms["free"]
-        emit(row)
+    for name, suffix in (("late", "_late"), ("free", "_ceiling")):
+        if name in med:
+            row = {"kind": kind + suffix, "size": 0, "iters": steps, "gocl": med[name], "gloo": med["gloo"]}
+            if name in cpu_ms:
+                row[f"{name}_cpu_ms"] = cpu_ms[name]
+            emit(row)
 
 
 def thread_cpu() -> tuple[float, float]:

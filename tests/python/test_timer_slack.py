@@ -32,6 +32,7 @@ go = {t: s for t, s in loaded.items() if t not in before}
 print(before[os.getpid()], after[os.getpid()], len(go), min(go.values()), max(go.values()))
 """
 
+
 def test_go_threads_get_the_slack_and_the_loader_keeps_its_own():
     out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
