@@ -38,7 +38,7 @@ const (
 	dataBytes = 4 << 20
 	segBytes  = dataOff + dataBytes
 
-	segMagic = 0x33_4d48_5320_4c43 // "CL SHM3": packed slot descriptors (shm.go); the handshake ends with the CMA agreement (cma.go)
+	segMagic = 0x34_4d48_5320_4c43 // "CL SHM4": packed slot descriptors, short LL frames (shm.go); the handshake ends with the CMA agreement (cma.go)
 )
 
 // segment is one mapped direction.

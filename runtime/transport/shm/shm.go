@@ -44,8 +44,7 @@ import (
 // Slot words (4 bytes of data each): the descriptor, which carries the
 // frame's wire header field by field (the magic and version of a socket
 // frame are the segment's), then the LL payload or the Simple piece's place
-// in the data ring. Packed so that a small LL frame takes two cache lines
-// (8 B: 12 words) instead of three.
+// in the data ring.
 const (
 	wFlags     = 0  // mode bits, then the header's Kind, Coll and Dtype, a byte each
 	wLen       = 1  // this piece's payload bytes (24 bits), then the header's Op
@@ -61,6 +60,22 @@ const (
 	modeSimple = 1
 	modeMore   = 2 // another piece of the same frame follows
 	modeCMA    = 4 // with modeSimple: wStart is the sender's address (cma.go)
+	modeShort  = 8 // an LL frame in the short layout below
+)
+
+// The short layout of an LL frame, for the common case of a header whose
+// Seq and Count fit 32 bits and whose Root fits 16 (and an LL frame is one
+// piece, so its Len is the piece's): 5 descriptor words, so a frame of up
+// to 12 bytes is one cache line (8 words) and the pair moves one line per
+// frame instead of two. A 2-rank 8-byte allreduce is little more than one
+// such frame each way: the second line cost a read-for-ownership the
+// sender's flag store waited for, and a miss the receiver waited for.
+const (
+	sLen      = 1 // the payload bytes (8 bits), the header's Op (8), its Root (16)
+	sSeq      = 2 // Seq
+	sCount    = 3 // Count
+	sStep     = 4 // Step
+	shortDesc = 5 // the payload follows
 )
 
 // A piece's length must fit in wLen's 24 bits.
@@ -513,15 +528,25 @@ func (l *link) post(p *piece, payload []byte) {
 	flag := uint64(uint32(p.seq)) << 32
 	slot := l.send.slot(k)
 	h := &p.hdr
-	slot[wLen] = flag | uint64(uint32(p.n)|uint32(h.Op)<<24)
-	slot[wRoot] = flag | uint64(uint32(h.Root))
-	slot[wSeq] = flag | uint64(uint32(h.Seq))
-	slot[wSeq+1] = flag | h.Seq>>32
-	slot[wCount] = flag | uint64(uint32(h.Count))
-	slot[wCount+1] = flag | h.Count>>32
-	slot[wStep] = flag | uint64(h.Step)
-	slot[wFrame] = flag | uint64(uint32(h.Len))
-	slot[wFrame+1] = flag | h.Len>>32
+	i := llDesc
+	if p.flags&modeSimple == 0 && h.Seq>>32 == 0 && h.Count>>32 == 0 && uint32(h.Root) < 1<<16 {
+		p.flags |= modeShort
+		slot[sLen] = flag | uint64(uint32(p.n)|uint32(h.Op)<<8|uint32(h.Root)<<16)
+		slot[sSeq] = flag | h.Seq
+		slot[sCount] = flag | h.Count
+		slot[sStep] = flag | uint64(h.Step)
+		i = shortDesc
+	} else {
+		slot[wLen] = flag | uint64(uint32(p.n)|uint32(h.Op)<<24)
+		slot[wRoot] = flag | uint64(uint32(h.Root))
+		slot[wSeq] = flag | uint64(uint32(h.Seq))
+		slot[wSeq+1] = flag | h.Seq>>32
+		slot[wCount] = flag | uint64(uint32(h.Count))
+		slot[wCount+1] = flag | h.Count>>32
+		slot[wStep] = flag | uint64(h.Step)
+		slot[wFrame] = flag | uint64(uint32(h.Len))
+		slot[wFrame+1] = flag | h.Len>>32
+	}
 	first := flag | uint64(uint32(p.flags)|uint32(h.Kind)<<8|uint32(h.Coll)<<16|uint32(h.Dtype)<<24)
 	if p.flags&modeSimple != 0 {
 		slot[wStart] = flag | uint64(uint32(p.start))
@@ -529,7 +554,6 @@ func (l *link) post(p *piece, payload []byte) {
 		slot[wEnd] = flag | uint64(uint32(p.end))
 		slot[wEnd+1] = flag | p.end>>32
 	} else {
-		i := llDesc
 		for len(payload) >= 4 {
 			slot[i] = flag | uint64(binary.LittleEndian.Uint32(payload))
 			payload = payload[4:]
@@ -654,13 +678,14 @@ func (l *link) word(seq uint64, i int, want *wire.Header) (uint32, error) {
 // slot's is waited for on its own.
 func (l *link) next(want *wire.Header) (piece, error) {
 	p := piece{seq: l.rseq + 1}
-	if _, err := l.word(p.seq, wFlags, want); err != nil {
+	w0, err := l.word(p.seq, wFlags, want)
+	if err != nil {
 		return p, err
 	}
 	slot, flag := l.recv.slot(int(p.seq%llSlots)), uint32(p.seq)
 	var d [simpleDesc]uint32
-	n := llDesc
-	for i := 0; i < n; i++ {
+	d[wFlags] = w0
+	for i := 1; i < descWords(w0); i++ {
 		v := atomic.LoadUint64(&slot[i])
 		if uint32(v>>32) != flag {
 			w, err := l.word(p.seq, i, want)
@@ -670,14 +695,8 @@ func (l *link) next(want *wire.Header) (piece, error) {
 			v = uint64(w)
 		}
 		d[i] = uint32(v)
-		if i == wFlags && d[i]&modeSimple != 0 {
-			n = simpleDesc
-		}
 	}
-	p.flags, p.n = int(d[wFlags]&0xff), int(d[wLen]&(1<<24-1))
-	p.start = uint64(d[wStart]) | uint64(d[wStart+1])<<32
-	p.end = uint64(d[wEnd]) | uint64(d[wEnd+1])<<32
-	h, ok := header(&d)
+	h, ok := decode(&d, &p)
 	if !ok {
 		return p, transport.PeerClosed(l.self, l.peer, "corrupt shared-memory slot: unknown frame kind")
 	}
@@ -685,19 +704,41 @@ func (l *link) next(want *wire.Header) (piece, error) {
 	return p, nil
 }
 
-// header rebuilds the wire header a descriptor carries; false when it
-// cannot be one (a corrupt slot).
-func header(d *[simpleDesc]uint32) (wire.Header, bool) {
+// descWords is the length of the descriptor whose first word is w0.
+func descWords(w0 uint32) int {
+	switch {
+	case w0&modeSimple != 0:
+		return simpleDesc
+	case w0&modeShort != 0:
+		return shortDesc
+	}
+	return llDesc
+}
+
+// decode rebuilds the wire header a descriptor carries and sets p's mode,
+// length and ring position; false when it cannot be one (a corrupt slot).
+func decode(d *[simpleDesc]uint32, p *piece) (wire.Header, bool) {
 	h := wire.Header{
 		Kind:  wire.Kind(d[wFlags] >> 8),
 		Coll:  wire.Coll(d[wFlags] >> 16),
 		Dtype: uint8(d[wFlags] >> 24),
-		Op:    uint8(d[wLen] >> 24),
-		Root:  int32(d[wRoot]),
-		Seq:   uint64(d[wSeq]) | uint64(d[wSeq+1])<<32,
-		Count: uint64(d[wCount]) | uint64(d[wCount+1])<<32,
-		Step:  d[wStep],
-		Len:   uint64(d[wFrame]) | uint64(d[wFrame+1])<<32,
+	}
+	p.flags = int(d[wFlags] & 0xff)
+	if p.flags&modeShort != 0 {
+		p.n = int(d[sLen] & 0xff)
+		h.Op = uint8(d[sLen] >> 8)
+		h.Root = int32(d[sLen] >> 16)
+		h.Seq, h.Count, h.Step, h.Len = uint64(d[sSeq]), uint64(d[sCount]), d[sStep], uint64(p.n)
+	} else {
+		p.n = int(d[wLen] & (1<<24 - 1))
+		h.Op = uint8(d[wLen] >> 24)
+		h.Root = int32(d[wRoot])
+		h.Seq = uint64(d[wSeq]) | uint64(d[wSeq+1])<<32
+		h.Count = uint64(d[wCount]) | uint64(d[wCount+1])<<32
+		h.Step = d[wStep]
+		h.Len = uint64(d[wFrame]) | uint64(d[wFrame+1])<<32
+		p.start = uint64(d[wStart]) | uint64(d[wStart+1])<<32
+		p.end = uint64(d[wEnd]) | uint64(d[wEnd+1])<<32
 	}
 	return h, h.Kind == wire.KindColl || h.Kind == wire.KindP2P || h.Kind == wire.KindAbort
 }
@@ -705,7 +746,11 @@ func header(d *[simpleDesc]uint32) (wire.Header, bool) {
 // llPayload decodes an LL piece's payload into dst (len(dst) == p.n).
 func (l *link) llPayload(p *piece, dst []byte, want *wire.Header) error {
 	slot, flag := l.recv.slot(int(p.seq%llSlots)), uint32(p.seq)
-	for i := llDesc; len(dst) > 0; i++ {
+	i := llDesc
+	if p.flags&modeShort != 0 {
+		i = shortDesc
+	}
+	for ; len(dst) > 0; i++ {
 		v := atomic.LoadUint64(&slot[i])
 		if uint32(v>>32) != flag {
 			w, err := l.word(p.seq, i, want)
@@ -849,14 +894,18 @@ func (l *link) Peek() (wire.Header, bool) {
 	seq := l.rseq + 1
 	slot := l.recv.slot(int(seq % llSlots))
 	var d [simpleDesc]uint32
-	for i := 0; i < llDesc; i++ {
+	for i, n := 0, 1; i < n; i++ {
 		v := atomic.LoadUint64(&slot[i])
 		if uint32(v>>32) != uint32(seq) {
 			return wire.Header{}, false
 		}
 		d[i] = uint32(v)
+		if i == wFlags {
+			n = descWords(d[i])
+		}
 	}
-	h, ok := header(&d)
+	var p piece
+	h, ok := decode(&d, &p)
 	if !ok {
 		return wire.Header{Kind: wire.KindAbort}, true
 	}
