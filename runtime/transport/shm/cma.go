@@ -138,7 +138,7 @@ func (l *link) postCMA(h *wire.Header, data []byte) error {
 	for off := 0; off < len(data); {
 		n := min(len(data)-off, cmaMaxPiece)
 		// end: the data ring is released to where it already is.
-		p := piece{seq: l.sseq + 1, flags: modeSimple | modeCMA, n: n, hdr: *h,
+		p := piece{seq: l.sseq + 1, flags: modeSimple | modeCMA, n: n,
 			start: uint64(uintptr(unsafe.Pointer(&data[off]))), end: l.dhead}
 		if err := l.slotFree(p.seq, h); err != nil {
 			return err
@@ -146,7 +146,7 @@ func (l *link) postCMA(h *wire.Header, data []byte) error {
 		if off += n; off < len(data) {
 			p.flags |= modeMore
 		}
-		l.post(&p, nil)
+		l.post(&p, h, nil)
 	}
 	l.refSeq = l.sseq
 	return nil

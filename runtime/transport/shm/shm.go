@@ -180,7 +180,7 @@ type piece struct {
 	seq        uint64
 	flags, n   int
 	start, end uint64
-	hdr        wire.Header
+	hdr        wire.Header // received pieces: the header the slot carries
 }
 
 // Connect sets up the shared-memory link to peer (process peerPid) over the
@@ -523,11 +523,10 @@ func (l *link) reserve(h *wire.Header, n int) (piece, []byte, error) {
 // orders the slot's other words, plain stores, before the receiver's
 // reads (the memory model and the race detector need that edge; on x86 it
 // is free anyway).
-func (l *link) post(p *piece, payload []byte) {
+func (l *link) post(p *piece, h *wire.Header, payload []byte) {
 	k := int(p.seq % llSlots)
 	flag := uint64(uint32(p.seq)) << 32
 	slot := l.send.slot(k)
-	h := &p.hdr
 	i := llDesc
 	if p.flags&modeSimple == 0 && h.Seq>>32 == 0 && h.Count>>32 == 0 && uint32(h.Root) < 1<<16 {
 		p.flags |= modeShort
@@ -589,11 +588,13 @@ func (l *link) Send(h *wire.Header, data []byte) error {
 		return err
 	}
 	if len(data) <= LLMax {
-		p := piece{seq: l.sseq + 1, n: len(data), hdr: *h}
+		// The header is read where it is: copying it into the piece was a
+		// tenth of a small Send (wide loads of narrow stores just made).
+		p := piece{seq: l.sseq + 1, n: len(data)}
 		if err := l.slotFree(p.seq, h); err != nil {
 			return err
 		}
-		l.post(&p, data)
+		l.post(&p, h, data)
 		return nil
 	}
 	if l.cma && len(data) >= CMAMin {
@@ -607,11 +608,10 @@ func (l *link) Send(h *wire.Header, data []byte) error {
 		}
 		transport.CopyCached(buf, data[off:off+n])
 		off += n
-		p.hdr = *h
 		if off < len(data) {
 			p.flags |= modeMore
 		}
-		l.post(&p, nil)
+		l.post(&p, h, nil)
 	}
 	return nil
 }
@@ -650,8 +650,7 @@ func (l *link) Commit(h *wire.Header) error {
 	if err := l.failure(); err != nil {
 		return err
 	}
-	p.hdr = *h
-	l.post(&p, nil)
+	l.post(&p, h, nil)
 	return nil
 }
 
@@ -676,11 +675,11 @@ func (l *link) word(seq uint64, i int, want *wire.Header) (uint32, error) {
 // stores the flags word last, so once it has come the rest is normally
 // there too and is read in one pass; a word whose flag is not (yet) this
 // slot's is waited for on its own.
-func (l *link) next(want *wire.Header) (piece, error) {
-	p := piece{seq: l.rseq + 1}
+func (l *link) next(want *wire.Header, p *piece) error {
+	p.seq = l.rseq + 1
 	w0, err := l.word(p.seq, wFlags, want)
 	if err != nil {
-		return p, err
+		return err
 	}
 	slot, flag := l.recv.slot(int(p.seq%llSlots)), uint32(p.seq)
 	var d [simpleDesc]uint32
@@ -690,18 +689,16 @@ func (l *link) next(want *wire.Header) (piece, error) {
 		if uint32(v>>32) != flag {
 			w, err := l.word(p.seq, i, want)
 			if err != nil {
-				return p, err
+				return err
 			}
 			v = uint64(w)
 		}
 		d[i] = uint32(v)
 	}
-	h, ok := decode(&d, &p)
-	if !ok {
-		return p, transport.PeerClosed(l.self, l.peer, "corrupt shared-memory slot: unknown frame kind")
+	if !decode(&d, p) {
+		return transport.PeerClosed(l.self, l.peer, "corrupt shared-memory slot: unknown frame kind")
 	}
-	p.hdr = h
-	return p, nil
+	return nil
 }
 
 // descWords is the length of the descriptor whose first word is w0.
@@ -715,20 +712,18 @@ func descWords(w0 uint32) int {
 	return llDesc
 }
 
-// decode rebuilds the wire header a descriptor carries and sets p's mode,
-// length and ring position; false when it cannot be one (a corrupt slot).
-func decode(d *[simpleDesc]uint32, p *piece) (wire.Header, bool) {
-	h := wire.Header{
-		Kind:  wire.Kind(d[wFlags] >> 8),
-		Coll:  wire.Coll(d[wFlags] >> 16),
-		Dtype: uint8(d[wFlags] >> 24),
-	}
+// decode sets p's header, mode, length and ring position from a
+// descriptor; false when it cannot be one (a corrupt slot).
+func decode(d *[simpleDesc]uint32, p *piece) bool {
+	h := &p.hdr
+	h.Kind, h.Coll, h.Dtype = wire.Kind(d[wFlags]>>8), wire.Coll(d[wFlags]>>16), uint8(d[wFlags]>>24)
 	p.flags = int(d[wFlags] & 0xff)
 	if p.flags&modeShort != 0 {
 		p.n = int(d[sLen] & 0xff)
 		h.Op = uint8(d[sLen] >> 8)
 		h.Root = int32(d[sLen] >> 16)
 		h.Seq, h.Count, h.Step, h.Len = uint64(d[sSeq]), uint64(d[sCount]), d[sStep], uint64(p.n)
+		p.start, p.end = 0, 0
 	} else {
 		p.n = int(d[wLen] & (1<<24 - 1))
 		h.Op = uint8(d[wLen] >> 24)
@@ -740,7 +735,7 @@ func decode(d *[simpleDesc]uint32, p *piece) (wire.Header, bool) {
 		p.start = uint64(d[wStart]) | uint64(d[wStart+1])<<32
 		p.end = uint64(d[wEnd]) | uint64(d[wEnd+1])<<32
 	}
-	return h, h.Kind == wire.KindColl || h.Kind == wire.KindP2P || h.Kind == wire.KindAbort
+	return h.Kind == wire.KindColl || h.Kind == wire.KindP2P || h.Kind == wire.KindAbort
 }
 
 // llPayload decodes an LL piece's payload into dst (len(dst) == p.n).
@@ -802,9 +797,9 @@ func (l *link) frame(want *wire.Header, dst []byte, use func(payload []byte), pi
 	}
 	n := int(want.Len)
 	off := 0
+	var p piece // filled in place: returning it by value was a tenth of a small receive
 	for first := true; ; first = false {
-		p, err := l.next(want)
-		if err != nil {
+		if err := l.next(want, &p); err != nil {
 			return err
 		}
 		transport.RaceAcquire()
@@ -905,11 +900,10 @@ func (l *link) Peek() (wire.Header, bool) {
 		}
 	}
 	var p piece
-	h, ok := decode(&d, &p)
-	if !ok {
+	if !decode(&d, &p) {
 		return wire.Header{Kind: wire.KindAbort}, true
 	}
-	return h, true
+	return p.hdr, true
 }
 
 var _ transport.Peeker = (*link)(nil)
