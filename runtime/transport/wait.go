@@ -74,8 +74,14 @@ type Deadline struct {
 // Arm starts a call: its deadline is timeout after the first UnixNano (0:
 // none). The call's waits must have ended: calls are sequential.
 func (d *Deadline) Arm(timeout time.Duration) {
-	d.timeout.Store(int64(timeout))
-	d.at.Store(0)
+	// Stored only when they change: an atomic store is a locked xchg, and
+	// every call arms its deadline.
+	if d.timeout.Load() != int64(timeout) {
+		d.timeout.Store(int64(timeout))
+	}
+	if d.at.Load() != 0 {
+		d.at.Store(0)
+	}
 }
 
 // Set fixes the deadline at t (the zero time: none).
