@@ -117,6 +117,55 @@ func TestSettlePlacesWithoutBinding(t *testing.T) {
 	}
 }
 
+// Resettle moves a settled thread back to its CPU after it was moved, and
+// leaves a thread Settle never placed where it is.
+func TestResettleReturnsToTheSettledCPU(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer hostRanks.Store(hostRanks.Load())
+	var mask [128]uint64
+	n, _, errno := syscall.RawSyscall(syscall.SYS_SCHED_GETAFFINITY, 0, unsafe.Sizeof(mask), uintptr(unsafe.Pointer(&mask)))
+	if errno != 0 {
+		t.Fatal(errno)
+	}
+	var cpus []int
+	for i, w := range mask[:n/8] {
+		for ; w != 0; w &= w - 1 {
+			cpus = append(cpus, i*64+bits.TrailingZeros64(w))
+		}
+	}
+	if len(cpus) < 2 {
+		t.Skip("one CPU: nothing to place")
+	}
+	tid := syscall.Gettid()
+	settled.Delete(tid)
+	defer settled.Delete(tid)
+	Resettle() // never settled: nothing to do, nothing recorded
+	if _, ok := settled.Load(tid); ok {
+		t.Fatal("Resettle recorded a thread Settle never placed")
+	}
+	hostRanks.Store(int32(len(cpus)))
+	Settle(1)
+	Settle(0) // the latest placement counts
+	var other [128]uint64
+	other[cpus[1]/64] = 1 << (cpus[1] % 64)
+	for try := 0; ; try++ {
+		syscall.RawSyscall(syscall.SYS_SCHED_SETAFFINITY, 0, n, uintptr(unsafe.Pointer(&other)))
+		syscall.RawSyscall(syscall.SYS_SCHED_SETAFFINITY, 0, n, uintptr(unsafe.Pointer(&mask)))
+		Resettle()
+		if got := currentCPU(t); got == cpus[0] {
+			break
+		} else if try == 3 { // the kernel may move the thread right away; not four times
+			t.Fatalf("after Resettle: on CPU %d, want %d (Settle(0)'s)", got, cpus[0])
+		}
+	}
+	var after [128]uint64
+	syscall.RawSyscall(syscall.SYS_SCHED_GETAFFINITY, 0, unsafe.Sizeof(after), uintptr(unsafe.Pointer(&after)))
+	if after != mask {
+		t.Fatalf("Resettle left the affinity mask %x, want %x back", after[:n/8], mask[:n/8])
+	}
+}
+
 // currentCPU is the CPU the calling thread last ran on (/proc's field 39).
 func currentCPU(t *testing.T) int {
 	b, err := os.ReadFile("/proc/thread-self/stat")
