@@ -5,8 +5,12 @@
     make bench [BENCH_ARGS="--ranks 2,4,8 --rounds 5"]
 
 For every rank count the two benchmarks alternate, round after round (gocl
-then MPI, MPI then gocl, ...) so the slow drifts of a shared machine hit both
-alike: gocl is build/gocl-perf all_reduce -P N (N processes, gocl's default
+then MPI, MPI then gocl, ...), and within a round segment by segment of the
+sweep (up to 1 KiB, up to 128 KiB, the rest), so the sizes compared ran
+seconds apart and the drifts of a shared machine hit both alike (on the
+benchmark VM a bare cross-core round trip swings between ~50 and ~500 ns
+every few seconds to minutes as the host moves its vCPUs; a whole sweep
+takes 5 s or more): gocl is build/gocl-perf all_reduce -P N (N processes, gocl's default
 transports), MPI is build/mpi-perf all_reduce under mpirun -np N (C
 MPI_Allreduce; OpenMPI on one host uses shared memory). Both are built from
 bench/perf_common.h, so sizes, iterations, data, checks (-c 1) and timing are
@@ -102,6 +106,29 @@ def run_one(lib: str, n: int, sweep: list[str], out: Path, timeout: float) -> di
     if run["out_of_bounds"]:
         sys.exit(f"compare: {lib} on {n} ranks computed wrong values:\n{r.stdout}")
     return run
+
+
+# The sweep is run in segments ending at these sizes (and the last size).
+SEGMENT_ENDS = (1 * KIB, 128 * KIB)
+
+
+def segments(b: int, e: int, f: int) -> list[tuple[int, int]]:
+    """The sweep b..e (factor f) as (first, last) size pairs, split after SEGMENT_ENDS."""
+    sizes = [b]
+    while f >= 2 and sizes[-1] * f <= e:
+        sizes.append(sizes[-1] * f)
+    out: list[list[int]] = [[]]
+    for size in sizes:
+        out[-1].append(size)
+        if any(size <= end < size * f for end in SEGMENT_ENDS):  # the next size is past an end
+            out.append([])
+    return [(g[0], g[-1]) for g in out if g]
+
+
+def merge(parts: list[dict]) -> dict:
+    """One sweep from its segments' gocl-perf JSONs."""
+    return {**parts[0], "maxbytes": parts[-1]["maxbytes"], "rows": [r for p in parts for r in p["rows"]],
+            "out_of_bounds": sum(p["out_of_bounds"] for p in parts)}
 
 
 def median_run(runs: list[dict], label: str) -> dict:
@@ -230,10 +257,13 @@ def main() -> int:
         p.error(f"--ranks {a.ranks!r}: give rank counts such as 2,4,8")
     if a.rounds < 1 or any(n < 2 for n in ranks):
         p.error("--rounds must be >= 1 and every rank count >= 2")
+    if a.f < 2:
+        p.error(f"-f {a.f}: the size step factor must be 2 or more")
 
     ensure_mpi()
     build()
-    sweep = ["-b", str(a.b), "-e", str(a.e), "-f", str(a.f), "-d", a.d, "-c", "1", "-n", str(a.n), "-w", str(a.w)]
+    common = ["-f", str(a.f), "-d", a.d, "-c", "1", "-n", str(a.n), "-w", str(a.w)]
+    parts = segments(a.b, a.e, a.f)
     started = datetime.datetime.now(datetime.timezone.utc)
     load_before = os.getloadavg()
     results = []
@@ -241,9 +271,14 @@ def main() -> int:
         for n in ranks:
             got: dict[str, list[dict]] = {"gocl": [], "MPI": []}
             for rnd in range(a.rounds):
-                for lib in (("gocl", "MPI") if rnd % 2 == 0 else ("MPI", "gocl")):
-                    print(f"compare: {n} ranks, round {rnd + 1}/{a.rounds}: {lib}", flush=True)
-                    got[lib].append(run_one(lib, n, sweep, Path(tmp) / f"{lib}.{n}.{rnd}.json", a.timeout))
+                print(f"compare: {n} ranks, round {rnd + 1}/{a.rounds}", flush=True)
+                seg: dict[str, list[dict]] = {"gocl": [], "MPI": []}
+                for k, (lo, hi) in enumerate(parts):
+                    for lib in (("gocl", "MPI") if (rnd + k) % 2 == 0 else ("MPI", "gocl")):
+                        sweep = ["-b", str(lo), "-e", str(hi), *common]
+                        seg[lib].append(run_one(lib, n, sweep, Path(tmp) / f"{lib}.{n}.{rnd}.{k}.json", a.timeout))
+                for lib, runs in seg.items():
+                    got[lib].append(merge(runs))
             med = {lib: median_run(runs, f"{lib}, {n} ranks (median of {len(runs)})") for lib, runs in got.items()}
             results.append((n, med["gocl"], med["MPI"]))
 
@@ -260,7 +295,9 @@ def main() -> int:
           f"-n {a.n} -w {a.w} (each timed loop capped at 256 MiB per rank). "
           f"gocl: `build/gocl-perf all_reduce -P N` (N processes, default transports); MPI: "
           f"`mpirun --oversubscribe --bind-to none -np N build/mpi-perf all_reduce` (C `MPI_Allreduce`). "
-          f"Alternated {a.rounds} round(s) per rank count; every number is the median over the rounds. "
+          f"Alternated {a.rounds} round(s) per rank count, and within a round segment by segment of the sweep "
+          f"({', '.join(f'{human(lo)}-{human(hi)}' for lo, hi in parts)}), so compared sizes ran seconds apart; "
+          "every number is the median over the rounds. "
           "MPI/gocl above 1 means gocl is faster. busbw is nccl-tests' (2(n-1)/n x size/time).", "",
           f"Load average (1, 5, 15 min) before the run {info['loadavg_before']}, after {info['loadavg_after']} "
           f"on {info['cpus']} CPUs: above the CPU count, other programs shared the cores and the times are noisy.", ""]
