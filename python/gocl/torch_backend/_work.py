@@ -52,6 +52,7 @@ import warnings
 import weakref
 
 import torch.distributed as dist
+from torch._C import Future as _CFuture
 from torch.futures import Future
 
 from .. import _core, _lib
@@ -277,16 +278,21 @@ class StreamWork(dist.Work):
         if self._future is None:
             # A C++ reader (DDP's reducer) sees an error only as the future's
             # error, which Python can set only by raising in a then() callback
-            # (set_exception would hand it the exception as the value).
-            self._source = Future()
+            # (set_exception would hand it the exception as the value). The
+            # source is torch's C future itself: torch.futures.Future wraps
+            # each of its calls in Python, paid per DDP bucket (the then()
+            # future handed out was a C future already).
+            self._source = _CFuture([])
             self._future = self._source.then(_outcome)
-            if self._state is None and self._ready():
+            mark = self._mark
+            if self._state is not None or self._err is not None or (mark is not None and mark.done):
                 self._complete()
-            elif self._state is None:
-                if self._mark is not None:
-                    self._ex.on_done(self)
+            elif mark is not None:
+                # No event query first: a DDP bucket was just launched, and
+                # libgocl calls back at once if the work is already done.
+                self._ex.on_done(self)
             else:
-                self._complete()
+                self._ex.flush()  # held back (point-to-point): issuing it arranges completion (_issued)
         return self._future
 
     def is_success(self) -> bool:
@@ -330,10 +336,11 @@ def _seconds(timeout) -> float:
     return float(timeout)
 
 
+
+
 try:
-    from torch._C import Future as _CFuture
     from torch._C._distributed_c10d import _create_work_from_future
-except ImportError:  # pragma: no cover - every torch >= 2.5 has them
+except ImportError:  # pragma: no cover - every torch >= 2.5 has it
     _create_work_from_future = None
 
 
