@@ -336,8 +336,6 @@ def _seconds(timeout) -> float:
     return float(timeout)
 
 
-
-
 try:
     from torch._C._distributed_c10d import _create_work_from_future
 except ImportError:  # pragma: no cover - every torch >= 2.5 has it
