@@ -21,6 +21,8 @@ the same. Per size it prints the median out-of-place time of each, MPI/gocl
            64 MiB busbw >= 6 GB/s
   4 ranks: >= 1.0x MPI at every size
   8 ranks: the sweep finishes; 8 B under 1 ms
+  1 rank:  the C API adds < 0.1 µs per call over the Go-level call (an 8-byte
+           allreduce: Go's BenchmarkCallOneRank against gocl-perf -g 1, alternated)
 
 and writes OUT/RESULTS.md (the tables and the verdicts), OUT/results.json
 (the medians as gocl-perf runs: `gocl perf --plot x.png OUT/results.json`
@@ -36,6 +38,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -197,6 +200,33 @@ def goals(n: int, gocl: dict, mpi: dict | None) -> list[tuple[str, str, str]]:
     return out
 
 
+def capi_overhead(rounds: int, tmp: Path) -> tuple[float, float, float] | None:
+    """Median ns per 8-byte allreduce on one rank: the Go-level call
+    (runtime/comm's BenchmarkCallOneRank), the same call through the C API
+    (gocl-perf -g 1), alternated, and the median of the per-round
+    differences; None without a Go toolchain."""
+    go = os.environ.get("GO") or shutil.which("go")
+    test = tmp / "comm.test"
+    if not go or sh([go, "test", "-c", "-o", str(test), "./runtime/comm"], cwd=REPO).returncode != 0:
+        print("compare: no Go toolchain to build runtime/comm's benchmark: the C API's overhead is not measured")
+        return None
+    go_ns, c_ns = [], []
+    for rnd in range(rounds):
+        r = sh([str(test), "-test.run", "XXX", "-test.bench", "CallOneRank$", "-test.benchtime", "2000000x"],
+               cwd=REPO / "runtime" / "comm", timeout=300)
+        m = re.search(r"BenchmarkCallOneRank\S*\s+\d+\s+([\d.]+) ns/op", r.stdout)
+        if not m:
+            sys.exit(f"compare: BenchmarkCallOneRank failed:\n{r.stdout}{r.stderr}")
+        go_ns.append(float(m.group(1)))
+        out = tmp / f"capi.{rnd}.json"
+        run_one_rank = sh([str(GOCL), "all_reduce", "-g", "1", "-b", "8", "-e", "8", "-n", "200000", "-w", "2000",
+                           f"--json={out}"], timeout=300)
+        if run_one_rank.returncode != 0:
+            sys.exit(f"compare: gocl-perf -g 1 failed:\n{run_one_rank.stdout}{run_one_rank.stderr}")
+        c_ns.append(json.loads(out.read_text())["rows"][0]["out_of_place"]["time_us"] * 1e3)
+    return statistics.median(go_ns), statistics.median(c_ns), statistics.median(c - g for g, c in zip(go_ns, c_ns))
+
+
 def table(gocl: dict, mpi: dict | None) -> list[str]:
     lines = ["| size | gocl µs | MPI µs | MPI/gocl | gocl busbw GB/s | MPI busbw GB/s |", "|---:|---:|---:|---:|---:|---:|"]
     m = {r["size"]: r["out_of_place"] for r in mpi["rows"]} if mpi else {}
@@ -281,6 +311,7 @@ def main() -> int:
                     got[lib].append(merge(runs))
             med = {lib: median_run(runs, f"{lib}, {n} ranks (median of {len(runs)})") for lib, runs in got.items()}
             results.append((n, med["gocl"], med["MPI"]))
+        capi = capi_overhead(max(a.rounds, 5), Path(tmp))
 
     info = machine()
     # Other work on the machine slows both libraries, MPI's busy polling most:
@@ -312,6 +343,13 @@ def main() -> int:
         for row in g["rows"]:
             gt, mt = row["out_of_place"]["time_us"], mrows[row["size"]]["time_us"]
             print(f"{human(row['size']):>10} {gt:>12.2f} {mt:>12.2f} {mt / gt:>9.2f}")
+    goal = "the C API adds < 0.1 µs per call over the Go-level call (8 B allreduce)"
+    if capi:
+        go_ns, c_ns, added = capi
+        verdicts.append((1, goal, f"Go {go_ns:.0f} ns, C API {c_ns:.0f} ns: +{added:.0f} ns (median of per-round differences)",
+                         "PASS" if added < 100 else "FAIL"))
+    else:
+        verdicts.append((1, goal, "no Go toolchain", "not measured"))
     md += ["## Goals (issue 10)", "", "| ranks | goal | measured | verdict |", "|---:|---|---|---|"]
     md += [f"| {n} | {goal} | {got} | {v} |" for n, goal, got, v in verdicts]
     md += ["", "Goals for rank counts not run here are not measured: `make bench BENCH_ARGS=\"--ranks 2,4,8\"`."]
