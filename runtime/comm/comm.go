@@ -57,15 +57,14 @@ type Comm struct {
 	scratchFn func(int) []byte
 	failFn    func(error)
 
-	stateMu  sync.Mutex
-	cond     *sync.Cond
-	broken   error // first fatal error; the comm is unusable after it
-	inflight int   // operations queued on streams and not finished
-	freed    bool
-	// Mirrors read without stateMu on every call: two lock pairs were a
-	// tenth of an 8-byte call.
+	stateMu sync.Mutex
+	cond    *sync.Cond
+	broken  error // first fatal error; the comm is unusable after it
+	freed   bool
+	// Read without stateMu on every call (two lock pairs were a tenth of an
+	// 8-byte call); written under it.
 	unusable atomic.Bool  // broken != nil || freed
-	queued   atomic.Int64 // inflight
+	inflight atomic.Int64 // operations queued on streams and not finished
 
 	redMu   sync.Mutex
 	redops  map[int32]preMulSum
@@ -331,25 +330,23 @@ func (c *Comm) usable() error {
 // calls can wait for them.
 func (c *Comm) begin() {
 	c.stateMu.Lock()
-	c.inflight++
-	c.queued.Store(int64(c.inflight))
+	c.inflight.Add(1)
 	c.stateMu.Unlock()
 }
 
 func (c *Comm) end() {
 	c.stateMu.Lock()
-	c.inflight--
-	c.queued.Store(int64(c.inflight))
+	c.inflight.Add(-1)
 	c.cond.Broadcast()
 	c.stateMu.Unlock()
 }
 
 func (c *Comm) waitQueued() {
-	if c.queued.Load() == 0 {
+	if c.inflight.Load() == 0 {
 		return
 	}
 	c.stateMu.Lock()
-	for c.inflight > 0 {
+	for c.inflight.Load() > 0 {
 		c.cond.Wait()
 	}
 	c.stateMu.Unlock()
