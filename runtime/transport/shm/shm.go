@@ -741,11 +741,7 @@ func decode(d *[simpleDesc]uint32, p *piece) bool {
 // llPayload decodes an LL piece's payload into dst (len(dst) == p.n).
 func (l *link) llPayload(p *piece, dst []byte, want *wire.Header) error {
 	slot, flag := l.recv.slot(int(p.seq%llSlots)), uint32(p.seq)
-	i := llDesc
-	if p.flags&modeShort != 0 {
-		i = shortDesc
-	}
-	for ; len(dst) > 0; i++ {
+	for i := descWords(uint32(p.flags)); len(dst) > 0; i++ {
 		v := atomic.LoadUint64(&slot[i])
 		if uint32(v>>32) != flag {
 			w, err := l.word(p.seq, i, want)
