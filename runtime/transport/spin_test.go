@@ -84,20 +84,7 @@ func TestSettlePlacesWithoutBinding(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	defer hostRanks.Store(hostRanks.Load())
-	var mask [128]uint64
-	n, _, errno := syscall.RawSyscall(syscall.SYS_SCHED_GETAFFINITY, 0, unsafe.Sizeof(mask), uintptr(unsafe.Pointer(&mask)))
-	if errno != 0 {
-		t.Fatal(errno)
-	}
-	var cpus []int
-	for i, w := range mask[:n/8] {
-		for ; w != 0; w &= w - 1 {
-			cpus = append(cpus, i*64+bits.TrailingZeros64(w))
-		}
-	}
-	if len(cpus) < 2 {
-		t.Skip("one CPU: nothing to place")
-	}
+	mask, n, cpus := affinityCPUs(t)
 	hostRanks.Store(int32(len(cpus))) // as many ranks as CPUs
 	for slot := range 2 * len(cpus) {
 		Settle(slot)
@@ -123,20 +110,7 @@ func TestResettleReturnsToTheSettledCPU(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	defer hostRanks.Store(hostRanks.Load())
-	var mask [128]uint64
-	n, _, errno := syscall.RawSyscall(syscall.SYS_SCHED_GETAFFINITY, 0, unsafe.Sizeof(mask), uintptr(unsafe.Pointer(&mask)))
-	if errno != 0 {
-		t.Fatal(errno)
-	}
-	var cpus []int
-	for i, w := range mask[:n/8] {
-		for ; w != 0; w &= w - 1 {
-			cpus = append(cpus, i*64+bits.TrailingZeros64(w))
-		}
-	}
-	if len(cpus) < 2 {
-		t.Skip("one CPU: nothing to place")
-	}
+	mask, n, cpus := affinityCPUs(t)
 	tid := syscall.Gettid()
 	settled.Delete(tid)
 	defer settled.Delete(tid)
@@ -164,6 +138,24 @@ func TestResettleReturnsToTheSettledCPU(t *testing.T) {
 	if after != mask {
 		t.Fatalf("Resettle left the affinity mask %x, want %x back", after[:n/8], mask[:n/8])
 	}
+}
+
+// affinityCPUs is the calling thread's affinity mask, its size in bytes and
+// its CPUs; it skips the test on one CPU (nothing to place).
+func affinityCPUs(t *testing.T) (mask [128]uint64, n uintptr, cpus []int) {
+	n, _, errno := syscall.RawSyscall(syscall.SYS_SCHED_GETAFFINITY, 0, unsafe.Sizeof(mask), uintptr(unsafe.Pointer(&mask)))
+	if errno != 0 {
+		t.Fatal(errno)
+	}
+	for i, w := range mask[:n/8] {
+		for ; w != 0; w &= w - 1 {
+			cpus = append(cpus, i*64+bits.TrailingZeros64(w))
+		}
+	}
+	if len(cpus) < 2 {
+		t.Skip("one CPU: nothing to place")
+	}
+	return mask, n, cpus
 }
 
 // currentCPU is the CPU the calling thread last ran on (/proc's field 39).
