@@ -313,7 +313,8 @@ def main() -> int:
                     got[lib].append(merge(runs))
             med = {lib: median_run(runs, f"{lib}, {n} ranks (median of {len(runs)})") for lib, runs in got.items()}
             results.append((n, med["gocl"], med["MPI"]))
-        capi = capi_overhead(max(a.rounds, 7), Path(tmp))
+        capi_rounds = max(a.rounds, 7)
+        capi = capi_overhead(capi_rounds, Path(tmp))
 
     info = machine()
     # Other work on the machine slows both libraries, MPI's busy polling most:
@@ -348,7 +349,7 @@ def main() -> int:
     goal = "the C API adds < 0.1 µs per call over the Go-level call (8 B allreduce)"
     if capi:
         go_ns, c_ns = capi
-        verdicts.append((1, goal, f"Go {go_ns:.0f} ns, C API {c_ns:.0f} ns (fastest of {max(a.rounds, 7)} rounds each): "
+        verdicts.append((1, goal, f"Go {go_ns:.0f} ns, C API {c_ns:.0f} ns (fastest of {capi_rounds} rounds each): "
                          f"+{c_ns - go_ns:.0f} ns", "PASS" if c_ns - go_ns < 100 else "FAIL"))
     else:
         verdicts.append((1, goal, "no Go toolchain", "not measured"))
