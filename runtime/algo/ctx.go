@@ -162,3 +162,17 @@ func (c *Ctx) local(send, recv []byte) {
 	c.prepare(recv, send)
 	c.Red.Finalize(recv)
 }
+
+// streamsResult reports whether a call writing its result to recv from
+// send should write it with non-temporal stores (kernels.Streams). Out of
+// place the call touches twice its result's bytes (the input stays in the
+// cache beside the result), so it streams from half the size: a 2-rank
+// 4 MiB allreduce out of place was ~13% faster streamed, and 2.4x slower
+// in place, where the buffer is still in the cache from the call before.
+func (c *Ctx) streamsResult(send, recv []byte) bool {
+	n := int(c.Hdr.Count) * c.Elem
+	if !same(send, recv) {
+		n *= 2
+	}
+	return kernels.Streams(n)
+}

@@ -78,7 +78,12 @@ type prims struct {
 // communicator, then waits for the sender: the call must not return while a
 // goroutine still reads the caller's buffers.
 func (c *Ctx) run(body func(p *prims) error) error {
-	p := &prims{c: c, mode: make([]sendMode, c.N), stream: kernels.Streams(int(c.Hdr.Count) * c.Elem)}
+	return c.runStreaming(kernels.Streams(int(c.Hdr.Count)*c.Elem), body)
+}
+
+// runStreaming is run with the choice of streaming stores made by the caller.
+func (c *Ctx) runStreaming(stream bool, body func(p *prims) error) error {
+	p := &prims{c: c, mode: make([]sendMode, c.N), stream: stream}
 	err := body(p)
 	if err != nil {
 		c.Fail(err)
