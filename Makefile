@@ -19,7 +19,7 @@ DOCTOR_SOURCES := $(shell find cmd/gocl-doctor doctor -type f 2>/dev/null) go.mo
 .PHONY: help lib run perf test test-go test-race test-c test-python test-torch27 test-torch-upstream test-torch-upstream-short venv pylib fuzz fuzz-short test-reliability bench mpi clean wheels wheel-tools qemu test-sdist
 
 help:
-	@echo "make run    - set up .venv, then the main job: examples/ddp_train.py (DDP) on 4 local ranks over gocl, then gloo"
+	@echo "make run    - set up .venv, then the main job: examples/ddp_train.py (DDP) on 4 local ranks over gocl and gloo in turn"
 	@echo "make perf   - gocl-perf all_reduce on 4 processes (nccl-tests columns, results checked); gocl perf runs any collective"
 	@echo "make test   - build, then every test: Go (unit, multi-process, -race), fuzz seeds, C API over 1..5 processes, Python"
 	@echo "make lib    - $(BUILD)/libgocl.so and $(BUILD)/include/gocl.h"
@@ -107,7 +107,7 @@ $(BUILD)/mpi-perf: bench/mpi_perf.c bench/perf_common.h
 	@command -v mpicc >/dev/null || $(MAKE) mpi
 	mpicc -O2 -Wall $< -lm -o $@
 
-# The main job: DDP training on 4 local ranks over gocl, then over gloo.
+# The main job: DDP training on 4 local ranks over gocl and over gloo, in turn.
 run: venv
 	$(VENV)/bin/gocl run -n 4 -- $(PY) examples/ddp_train.py
 
