@@ -73,7 +73,7 @@ func (c *Comm) ctx(op *Op) *algo.Ctx {
 	// Field by field, not c.x = algo.Ctx{...}: the literal was built on
 	// the stack and copied, and the copy's loads stalled on its own stores.
 	x := &c.x
-	x.Rank, x.N, x.Links, x.Chunk, x.Hosts = c.rank, c.nranks, c.links, c.chunk, c.hosts
+	x.Rank, x.N, x.Links, x.Chunk, x.Hosts, x.Local = c.rank, c.nranks, c.links, c.chunk, c.hosts, c.localRanks
 	x.Red, x.Elem = op.red, op.Type.Size()
 	x.Hdr = wire.Header{Kind: wire.KindColl, Coll: op.Coll, Dtype: uint8(op.Type), Op: op.wireOp(),
 		Root: int32(op.Root), Seq: c.seq, Count: uint64(op.Count)}
