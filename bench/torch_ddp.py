@@ -27,7 +27,12 @@ ratio is the most any backend could reach: the step if communication were
 free. With ``--late`` another one holds every bucket until DDP hands over
 its last one, then all_reduces them all over gocl (``ddp_step_late``): the
 step without any overlap of communication and backward, for telling what
-the overlap costs or saves.
+the overlap costs or saves. With ``--sync`` one more waits at every bucket
+for every rank (an 8-byte all_reduce over gocl) and hands the bucket back
+unreduced (``ddp_step_sync``): the step of a backend that synchronizes the
+ranks as any backend must but moves no data, so the gap between it and the
+ceiling is what the ranks' differing pace costs, and the gap between it and
+gocl's step what moving the gradients costs.
 
 Times are medians over rounds of rank 0's time; ratio = gloo / gocl (> 1:
 gocl is faster). After training, the DDP and FSDP2 parameters of the two
@@ -122,11 +127,14 @@ def worker(args) -> None:
     if args.late:
         ddp["late"] = DDP(make_model(), process_group=groups["gocl"], bucket_cap_mb=4)
         ddp["late"].register_comm_hook(LateHook(groups["gocl"]), LateHook.hook)
+    if args.sync:
+        ddp["sync"] = DDP(make_model(), process_group=groups["gocl"], bucket_cap_mb=4)
+        ddp["sync"].register_comm_hook(groups["gocl"], sync_hook)
     opts = {n: torch.optim.SGD(ddp[n].parameters(), lr=0.01) for n in ddp}
 
     def timed_step(models, optims):
         def step(name):  # one training step of models[name]: wall seconds, (main, other threads' CPU seconds)
-            dist.barrier(group=groups.get(name, groups["gocl"]))  # "free" is DDP over the gocl group
+            dist.barrier(group=groups.get(name, groups["gocl"]))  # "free", "late", "sync": DDP over gocl
             c0 = thread_cpu() if args.cpu else None
             t0 = time.perf_counter()
             optims[name].zero_grad(set_to_none=True)
@@ -197,6 +205,16 @@ class LateHook:
         return fut
 
 
+def sync_hook(group, bucket):
+    """A DDP comm hook that waits for every rank (an 8-byte all_reduce over
+    group) and hands the bucket back unreduced."""
+    import torch
+    import torch.distributed as dist
+
+    buf = bucket.buffer()
+    return dist.all_reduce(torch.zeros(2), group=group, async_op=True).get_future().then(lambda _: buf)
+
+
 def no_comm_hook(state, bucket):
     """A DDP comm hook that communicates nothing: the bucket comes back as is."""
     import torch
@@ -208,7 +226,7 @@ def no_comm_hook(state, bucket):
 
 def step_rows(emit, kind, step, steps, names=("gocl", "gloo")) -> None:
     """Time steps of each of names, alternated (the order flips each round);
-    emit gocl against gloo, and "late" and "free" (if timed) against gloo in
+    emit gocl against gloo, and "late", "sync" and "free" (if timed) against gloo in
     rows of their own."""
     for name in names:  # warm up: first steps build buckets and caches
         step(name)
@@ -228,7 +246,7 @@ def step_rows(emit, kind, step, steps, names=("gocl", "gloo")) -> None:
         if name in cpu_ms:
             row[f"{name}_cpu_ms"] = cpu_ms[name]
     emit(row)
-    for name, suffix in (("late", "_late"), ("free", "_ceiling")):
+    for name, suffix in (("late", "_late"), ("sync", "_sync"), ("free", "_ceiling")):
         if name in med:
             row = {"kind": kind + suffix, "size": 0, "iters": steps, "gocl": med[name], "gloo": med["gloo"]}
             if name in cpu_ms:
@@ -270,6 +288,7 @@ def run(n: int, args) -> list[dict]:
     worker_args += ["--cpu"] if args.cpu else []
     worker_args += ["--ceiling"] if args.ceiling else []
     worker_args += ["--late"] if args.late else []
+    worker_args += ["--sync"] if args.sync else []
     worker_args += ([] if args.fsdp else ["--no-fsdp"]) + ([] if args.collectives else ["--no-collectives"])
     rows = []
     for row in launch(os.path.abspath(__file__), n, worker_args):
@@ -285,7 +304,7 @@ def describe(row) -> str:
     if "gocl" in row:
         what = row["kind"] + ("" if "_step" in row["kind"] else f" {human(row['size'])}")
         cpu = "".join(f"  {n} CPU ms main/comm {row[n + '_cpu_ms'][0]}/{row[n + '_cpu_ms'][1]}"
-                      for n in ("gloo", "gocl", "late", "free") if n + "_cpu_ms" in row)
+                      for n in ("gloo", "gocl", "late", "sync", "free") if n + "_cpu_ms" in row)
         return (f"{what:34} gloo {row['gloo'] * 1e6:10.1f} us  gocl {row['gocl'] * 1e6:10.1f} us  "
                 f"ratio {row['gloo'] / row['gocl']:5.2f}{cpu}")
     return json.dumps(row)
@@ -326,6 +345,9 @@ def main() -> None:
     p.add_argument("--late", action="store_true",
                    help="also time DDP with a comm hook that all_reduces every bucket (over gocl) once backward has "
                         "handed over the last one (row ddp_step_late: no overlap of communication and backward)")
+    p.add_argument("--sync", action="store_true",
+                   help="also time DDP with a comm hook that waits for every rank at each bucket (an 8-byte "
+                        "all_reduce over gocl) and moves no data (row ddp_step_sync)")
     p.add_argument("--markdown", action="store_true", help="print a markdown table at the end")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
