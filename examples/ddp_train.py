@@ -48,7 +48,7 @@ class Trainer:
     """One backend's DDP model, optimizer and data, trained a step at a time."""
 
     def __init__(self, name: str, group, args, rank: int, world: int):
-        self.name, self.group, self.world = name, group, world
+        self.name, self.group, self.rank, self.world = name, group, rank, world
         self.model = DDP(make_model(args.width, args.hidden, args.depth), process_group=group,
                          bucket_cap_mb=args.bucket_mb)
         self.opt = torch.optim.SGD(self.model.parameters(), lr=args.lr)
@@ -59,7 +59,7 @@ class Trainer:
         self.losses: list[float] = []
         self.times: list[float] = []
 
-    def step(self, rank: int) -> None:
+    def step(self) -> None:
         dist.barrier(group=self.group)
         t0 = time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
@@ -71,7 +71,7 @@ class Trainer:
         avg = loss.detach().clone()
         dist.all_reduce(avg, group=self.group)
         self.losses.append(avg.item() / self.world)
-        if rank == 0:
+        if self.rank == 0:
             print(f"[{self.name}] step {len(self.times) - 1:3d}  loss {self.losses[-1]:.6f}  "
                   f"{self.times[-1] * 1e3:7.2f} ms", flush=True)
 
@@ -113,7 +113,7 @@ def main() -> None:
     for first in range(0, args.steps, args.block):
         for name in order:
             for _ in range(min(args.block, args.steps - first)):
-                trainers[name].step(rank)
+                trainers[name].step()
         order.reverse()
     results = {}
     for name in backends:

@@ -94,8 +94,5 @@ func AllGatherHalvingDoubling(c *Ctx, send, recv []byte, count int) error {
 // N*count. (On 4 ranks a 16 MiB result was written through the cache, block
 // by block under the threshold, and took 1.4x as long per byte as on 2.)
 func (c *Ctx) runGather(count int, body func(p *prims) error) error {
-	return c.run(func(p *prims) error {
-		p.stream = kernels.Streams(c.N * count * c.Elem)
-		return body(p)
-	})
+	return c.runStreaming(kernels.Streams(c.N*count*c.Elem), body)
 }
