@@ -32,7 +32,14 @@ for every rank (an 8-byte all_reduce over gocl) and hands the bucket back
 unreduced (``ddp_step_sync``): the step of a backend that synchronizes the
 ranks as any backend must but moves no data, so the gap between it and the
 ceiling is what the ranks' differing pace costs, and the gap between it and
-gocl's step what moving the gradients costs.
+gocl's step what moving the gradients costs. With ``--floor`` one more does
+that wait plus the least memory work any allreduce of the bucket does on each
+rank, with the other ranks' data already in this process (no transfer
+between cores, no staging): its chunk summed with n-1 others, the other n-1
+chunks copied in (``ddp_step_floor``). It runs in the hook, on the main
+thread; a backend would run it beside backward, but with every core busy
+computing (ranks >= cores) that wins little. So its ratio bounds what a
+backend could reach on this host from above, tighter than the ceiling's.
 
 Times are medians over rounds of rank 0's time; ratio = gloo / gocl (> 1:
 gocl is faster). After training, the DDP and FSDP2 parameters of the two
@@ -130,11 +137,14 @@ def worker(args) -> None:
     if args.sync:
         ddp["sync"] = DDP(make_model(), process_group=groups["gocl"], bucket_cap_mb=4)
         ddp["sync"].register_comm_hook(groups["gocl"], sync_hook)
+    if args.floor:
+        ddp["floor"] = DDP(make_model(), process_group=groups["gocl"], bucket_cap_mb=4)
+        ddp["floor"].register_comm_hook(FloorHook(groups["gocl"]), FloorHook.hook)
     opts = {n: torch.optim.SGD(ddp[n].parameters(), lr=0.01) for n in ddp}
 
     def timed_step(models, optims):
         def step(name):  # one training step of models[name]: wall seconds, (main, other threads' CPU seconds)
-            dist.barrier(group=groups.get(name, groups["gocl"]))  # "free", "late", "sync": DDP over gocl
+            dist.barrier(group=groups.get(name, groups["gocl"]))  # "free", "late", "sync", "floor": DDP over gocl
             c0 = thread_cpu() if args.cpu else None
             t0 = time.perf_counter()
             optims[name].zero_grad(set_to_none=True)
@@ -215,6 +225,38 @@ def sync_hook(group, bucket):
     return dist.all_reduce(torch.zeros(2), group=group, async_op=True).get_future().then(lambda _: buf)
 
 
+class FloorHook:
+    """A DDP comm hook's state whose hook does, on each rank, the least
+    memory work of an allreduce of the bucket (reduce-scatter then
+    all-gather: this rank's chunk summed with n-1 others, the other n-1
+    chunks copied in), reading stand-ins for the other ranks' data that
+    are already in this process, then waits for every rank as sync_hook
+    does. The bucket comes back with garbage in it, like sync_hook's."""
+
+    def __init__(self, group):
+        self.group, self.others = group, {}
+
+    @staticmethod
+    def hook(state, bucket):
+        import torch
+        import torch.distributed as dist
+
+        buf = bucket.buffer()
+        n, rank = state.group.size(), state.group.rank()
+        c = -(-buf.numel() // n)  # chunk length, as tensor_split makes them at most
+        other = state.others.get(buf.numel())
+        if other is None:
+            other = state.others[buf.numel()] = torch.rand(n * c, dtype=buf.dtype)
+        chunks = buf.tensor_split(n)
+        for j, chunk in enumerate(chunks):
+            if j != rank:
+                chunks[rank].add_(other[j * c:j * c + chunks[rank].numel()])
+        for j, chunk in enumerate(chunks):
+            if j != rank:
+                chunk.copy_(other[j * c:j * c + chunk.numel()])
+        return dist.all_reduce(torch.zeros(2), group=state.group, async_op=True).get_future().then(lambda _: buf)
+
+
 def no_comm_hook(state, bucket):
     """A DDP comm hook that communicates nothing: the bucket comes back as is."""
     import torch
@@ -226,7 +268,7 @@ def no_comm_hook(state, bucket):
 
 def step_rows(emit, kind, step, steps, names=("gocl", "gloo")) -> None:
     """Time steps of each of names, alternated (the order flips each round);
-    emit gocl against gloo, and "late", "sync" and "free" (if timed) against gloo in
+    emit gocl against gloo, and "late", "sync", "floor" and "free" (if timed) against gloo in
     rows of their own."""
     for name in names:  # warm up: first steps build buckets and caches
         step(name)
@@ -246,7 +288,7 @@ def step_rows(emit, kind, step, steps, names=("gocl", "gloo")) -> None:
         if name in cpu_ms:
             row[f"{name}_cpu_ms"] = cpu_ms[name]
     emit(row)
-    for name, suffix in (("late", "_late"), ("sync", "_sync"), ("free", "_ceiling")):
+    for name, suffix in (("late", "_late"), ("sync", "_sync"), ("floor", "_floor"), ("free", "_ceiling")):
         if name in med:
             row = {"kind": kind + suffix, "size": 0, "iters": steps, "gocl": med[name], "gloo": med["gloo"]}
             if name in cpu_ms:
@@ -289,6 +331,7 @@ def run(n: int, args) -> list[dict]:
     worker_args += ["--ceiling"] if args.ceiling else []
     worker_args += ["--late"] if args.late else []
     worker_args += ["--sync"] if args.sync else []
+    worker_args += ["--floor"] if args.floor else []
     worker_args += ([] if args.fsdp else ["--no-fsdp"]) + ([] if args.collectives else ["--no-collectives"])
     rows = []
     for row in launch(os.path.abspath(__file__), n, worker_args):
@@ -304,7 +347,7 @@ def describe(row) -> str:
     if "gocl" in row:
         what = row["kind"] + ("" if "_step" in row["kind"] else f" {human(row['size'])}")
         cpu = "".join(f"  {n} CPU ms main/comm {row[n + '_cpu_ms'][0]}/{row[n + '_cpu_ms'][1]}"
-                      for n in ("gloo", "gocl", "late", "sync", "free") if n + "_cpu_ms" in row)
+                      for n in ("gloo", "gocl", "late", "sync", "floor", "free") if n + "_cpu_ms" in row)
         return (f"{what:34} gloo {row['gloo'] * 1e6:10.1f} us  gocl {row['gocl'] * 1e6:10.1f} us  "
                 f"ratio {row['gloo'] / row['gocl']:5.2f}{cpu}")
     return json.dumps(row)
@@ -348,6 +391,9 @@ def main() -> None:
     p.add_argument("--sync", action="store_true",
                    help="also time DDP with a comm hook that waits for every rank at each bucket (an 8-byte "
                         "all_reduce over gocl) and moves no data (row ddp_step_sync)")
+    p.add_argument("--floor", action="store_true",
+                   help="also time DDP with a comm hook that does the least memory work of an allreduce on data "
+                        "already local, then waits for every rank as --sync does (row ddp_step_floor)")
     p.add_argument("--markdown", action="store_true", help="print a markdown table at the end")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
