@@ -93,6 +93,10 @@ $(BUILD)/slack_test: tests/c/slack_test.c lib
 $(BUILD)/gocl-perf: $(PERF_SOURCES) lib
 	$(CC) $(CFLAGS) bench/gocl_perf.c tests/c/launch.c -L$(BUILD) -lgocl -lpthread -lm $(RPATH) -o $@
 
+# The C API's cheapest call, timed (bench/compare.py's floor for its overhead).
+$(BUILD)/capi-floor: bench/capi_floor.c lib
+	$(CC) $(CFLAGS) $< -L$(BUILD) -lgocl $(RPATH) -o $@
+
 $(BUILD)/env_test: tests/c/env_test.c lib
 	$(CC) $(CFLAGS) $< -L$(BUILD) -lgocl -lpthread $(RPATH) -o $@
 
