@@ -59,6 +59,10 @@ from _torchbench import init_groups, launch  # bench/ is on sys.path: these run 
 from _units import human
 
 SIZES = [8, 64 << 10, 1 << 20, 16 << 20]
+# The extra DDP models over gocl, in the order their rows are emitted:
+# (command-line flag, model name, row suffix).
+VARIANTS = (("late", "late", "_late"), ("sync", "sync", "_sync"), ("floor", "floor", "_floor"),
+            ("ceiling", "free", "_ceiling"))
 OPS = ("all_reduce", "reduce_scatter_tensor", "all_gather_into_tensor")
 
 
@@ -128,18 +132,13 @@ def worker(args) -> None:
     x = torch.randn(args.batch, 1024, generator=g)
     y = torch.randn(args.batch, 1, generator=g)
     ddp = {n: DDP(make_model(), process_group=groups[n], bucket_cap_mb=4) for n in groups}
-    if args.ceiling:
-        ddp["free"] = DDP(make_model(), process_group=groups["gocl"], bucket_cap_mb=4)
-        ddp["free"].register_comm_hook(None, no_comm_hook)
-    if args.late:
-        ddp["late"] = DDP(make_model(), process_group=groups["gocl"], bucket_cap_mb=4)
-        ddp["late"].register_comm_hook(LateHook(groups["gocl"]), LateHook.hook)
-    if args.sync:
-        ddp["sync"] = DDP(make_model(), process_group=groups["gocl"], bucket_cap_mb=4)
-        ddp["sync"].register_comm_hook(groups["gocl"], sync_hook)
-    if args.floor:
-        ddp["floor"] = DDP(make_model(), process_group=groups["gocl"], bucket_cap_mb=4)
-        ddp["floor"].register_comm_hook(FloorHook(groups["gocl"]), FloorHook.hook)
+    hooks = {"ceiling": (None, no_comm_hook), "late": (LateHook(groups["gocl"]), LateHook.hook),  # timed in this order
+             "sync": (groups["gocl"], sync_hook), "floor": (FloorHook(groups["gocl"]), FloorHook.hook)}
+    names = {flag: name for flag, name, _ in VARIANTS}
+    for flag, (state, hook) in hooks.items():
+        if getattr(args, flag):
+            ddp[names[flag]] = DDP(make_model(), process_group=groups["gocl"], bucket_cap_mb=4)
+            ddp[names[flag]].register_comm_hook(state, hook)
     opts = {n: torch.optim.SGD(ddp[n].parameters(), lr=0.01) for n in ddp}
 
     def timed_step(models, optims):
@@ -248,7 +247,7 @@ class FloorHook:
         if other is None:
             other = state.others[buf.numel()] = torch.rand(n * c, dtype=buf.dtype)
         chunks = buf.tensor_split(n)
-        for j, chunk in enumerate(chunks):
+        for j in range(n):
             if j != rank:
                 chunks[rank].add_(other[j * c:j * c + chunks[rank].numel()])
         for j, chunk in enumerate(chunks):
@@ -268,8 +267,8 @@ def no_comm_hook(state, bucket):
 
 def step_rows(emit, kind, step, steps, names=("gocl", "gloo")) -> None:
     """Time steps of each of names, alternated (the order flips each round);
-    emit gocl against gloo, and "late", "sync", "floor" and "free" (if timed) against gloo in
-    rows of their own."""
+    emit gocl against gloo, and the VARIANTS (if timed) against gloo in rows
+    of their own."""
     for name in names:  # warm up: first steps build buckets and caches
         step(name)
         step(name)
@@ -288,7 +287,7 @@ def step_rows(emit, kind, step, steps, names=("gocl", "gloo")) -> None:
         if name in cpu_ms:
             row[f"{name}_cpu_ms"] = cpu_ms[name]
     emit(row)
-    for name, suffix in (("late", "_late"), ("sync", "_sync"), ("floor", "_floor"), ("free", "_ceiling")):
+    for _, name, suffix in VARIANTS:
         if name in med:
             row = {"kind": kind + suffix, "size": 0, "iters": steps, "gocl": med[name], "gloo": med["gloo"]}
             if name in cpu_ms:
@@ -328,10 +327,7 @@ def run(n: int, args) -> list[dict]:
                    "--max-bytes", str(args.max_bytes), "--rounds", str(args.rounds), "--burst-s", str(args.burst_s),
                    "--max-iters", str(args.max_iters), "--steps", str(args.steps), "--batch", str(args.batch)]
     worker_args += ["--cpu"] if args.cpu else []
-    worker_args += ["--ceiling"] if args.ceiling else []
-    worker_args += ["--late"] if args.late else []
-    worker_args += ["--sync"] if args.sync else []
-    worker_args += ["--floor"] if args.floor else []
+    worker_args += [f"--{flag}" for flag, _, _ in VARIANTS if getattr(args, flag)]
     worker_args += ([] if args.fsdp else ["--no-fsdp"]) + ([] if args.collectives else ["--no-collectives"])
     rows = []
     for row in launch(os.path.abspath(__file__), n, worker_args):
@@ -347,7 +343,7 @@ def describe(row) -> str:
     if "gocl" in row:
         what = row["kind"] + ("" if "_step" in row["kind"] else f" {human(row['size'])}")
         cpu = "".join(f"  {n} CPU ms main/comm {row[n + '_cpu_ms'][0]}/{row[n + '_cpu_ms'][1]}"
-                      for n in ("gloo", "gocl", "late", "sync", "floor", "free") if n + "_cpu_ms" in row)
+                      for n in ("gloo", "gocl", *(name for _, name, _ in VARIANTS)) if n + "_cpu_ms" in row)
         return (f"{what:34} gloo {row['gloo'] * 1e6:10.1f} us  gocl {row['gocl'] * 1e6:10.1f} us  "
                 f"ratio {row['gloo'] / row['gocl']:5.2f}{cpu}")
     return json.dumps(row)
