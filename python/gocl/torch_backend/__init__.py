@@ -62,11 +62,11 @@ What to know:
 * Works of calls that ran inline are torch's own future-backed Works. Works
   of queued calls are Python Works (their wait() raises the call's error).
   On the Backend route torch's C++ holder forwards only ``wait()`` and
-  ``get_future()`` of a Python Work, so send/recv/recv_anysource of gocl
-  groups, and their asynchronous collectives called through
-  torch.distributed, are routed past it (their Works report
-  ``is_completed()`` and ``_source_rank()``). There DDP also logs the backend as
-  "custom" (torch names every Python Backend so).
+  ``get_future()`` of a Python Work, so a group that is gocl on every
+  device is a ``GoclGroup`` (torch's ProcessGroup, named "gocl", as DDP's
+  logs and ``group.name()`` show) whose send/recv/recv_anysource and
+  collectives on gocl tensors go straight to gocl (their Works report
+  ``is_completed()`` and ``_source_rank()``).
 * Environment: GOCL_TORCH_IMPL, GOCL_TORCH_FORCE_STAGING=1 (stage every
   tensor, a debugging aid), and gocl's own GOCL_* variables
   (GOCL_DEBUG=INFO prints a line per group).

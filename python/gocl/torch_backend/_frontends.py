@@ -4,6 +4,9 @@
   torch exports it). torch wraps it in its own ProcessGroup, so group
   names, ``_device_types``, ``_get_backend``, functional collectives,
   DeviceMesh and TORCH_DISTRIBUTED_DEBUG work as for built-in backends.
+  When every device of the group is gocl's, the creator builds that
+  ProcessGroup itself, as a ``GoclGroup``: named "gocl", and the calls
+  torch.distributed makes go to the Engine without torch's C++ dispatch.
   It needs torch's "PyBackend" trampoline (C++ calls reaching Python
   overrides), which torch 2.14+ builds have: detected by constructing a
   probe subclass and checking that a C++ virtual call reaches it.
@@ -24,13 +27,12 @@ import inspect
 import os
 import re
 import sys
-import weakref
 
 import torch
 import torch.distributed as dist
 from torch._C import _distributed_c10d as c10d
 
-from . import BACKEND_NAME
+from . import BACKEND_NAME, DEVICES
 from ._engine import Engine
 
 
@@ -76,9 +78,13 @@ def create(opts, backend_options=None):
     if len(global_ranks) != size:
         global_ranks = list(range(size))  # the default group (torch passes [])
     engine = Engine.create(store, rank, size, timeout, global_ranks, group_id)
-    if implementation() == "backend":
-        return GoclBackend(engine)
-    return ProcessGroupGocl(engine, store)
+    if implementation() == "processgroup":
+        return ProcessGroupGocl(engine, store)
+    backend = GoclBackend(engine)
+    devices = _gocl_devices() if getattr(opts, "process_group", None) is not None else None
+    if devices:
+        return _whole_group(opts, backend, devices)
+    return backend
 
 
 class _Ops:
@@ -218,19 +224,21 @@ class GoclBackend(_Ops, _BackendBase):
     def __init__(self, engine: Engine):
         _BackendBase.__init__(self, engine.rank, engine.size)
         self._engine = engine
+        self._group = None  # its GoclGroup, when torch got one (see _whole_group)
         _LIVE.add(self)
-        _route_p2p_to_python()
 
     def shutdown(self):
         try:
             self._engine.shutdown()
         finally:
+            self._group = None
             _LIVE.discard(self)
 
     def abort(self):
         try:
             self._engine.abort()
         finally:
+            self._group = None
             _LIVE.discard(self)
 
     def __repr__(self):
@@ -238,15 +246,14 @@ class GoclBackend(_Ops, _BackendBase):
         return f"GoclBackend(group={e.group_id!r}, rank={e.rank}, size={e.size})"
 
 
-_P2P = ("send", "recv", "recv_anysource")
-# what torch.distributed calls on the group, by method name (with positional
-# arguments: tensors, then options)
-_COLLECTIVES = ("allreduce", "broadcast", "reduce", "allgather", "all_gather_single", "reduce_scatter",
-                "reduce_scatter_single", "all_to_all_single", "alltoall", "allreduce_coalesced")
-_routed = False
+# Calls torch.distributed makes on a group, by method name, with positional
+# arguments (tensors, then options); C++ callers (DDP's reducer) reach the
+# same names through torch's ProcessGroup trampoline.
 _OPTIONS = tuple(getattr(c10d, n) for n in (
     "AllreduceOptions", "AllreduceCoalescedOptions", "BroadcastOptions", "ReduceOptions", "AllgatherOptions",
     "ReduceScatterOptions", "AllToAllOptions") if hasattr(c10d, n))
+_HAS_ASYNC_OP = hasattr(c10d.AllreduceOptions(), "asyncOp")  # torch >= 2.8 tells the backend
+_getframe = sys._getframe
 
 
 def _first_tensor(x):
@@ -257,100 +264,158 @@ def _first_tensor(x):
     return x if isinstance(x, torch.Tensor) else None
 
 
-def _route_p2p_to_python() -> None:
-    """Make torch's ProcessGroup hand send/recv/recv_anysource, and the
-    collectives torch.distributed calls, of gocl groups straight to GoclBackend, so
-    Python gets gocl's own Work.
+def _gocl_devices() -> list[str] | None:
+    """The devices of the group being built when every one of them is
+    gocl's (plain "gocl", or "cpu:gocl,cuda:gocl"), else None: only then
+    may the creator hand torch the whole ProcessGroup. torch passes the
+    creator no backend string, so it is read from the frame of torch's own
+    _new_process_group_helper (found by identity); anything unexpected
+    answers None, and torch builds the group itself as before."""
+    helper = getattr(dist.distributed_c10d, "_new_process_group_helper", None)
+    code = getattr(helper, "__code__", None)
+    f = _getframe(1)
+    while f is not None and f.f_code is not code:
+        f = f.f_back
+    config = f.f_locals.get("backend_config") if f is not None else None
+    get_map = getattr(config, "get_device_backend_map", None)
+    devices = get_map() if get_map is not None else {}
+    if not devices or set(map(str, devices.values())) != {BACKEND_NAME}:
+        return None
+    return list(devices)
 
-    On the Backend route torch wraps every Work a Python backend returns in a
-    C++ holder that forwards only wait() and get_future(): is_completed()
-    stays False after wait() and _source_rank() raises, which breaks
-    isend/irecv users, polling of async collectives and ``dist.recv(t)``
-    without src. torch.distributed calls these methods on the group from
-    Python, so routing them here returns the Work itself (and skips torch's
-    C++ dispatch and trampoline: half the time of a small synchronous call).
-    Other backends' groups and C++ callers (DDP, functional collectives) are
-    untouched."""
-    global _routed
-    if _routed:
-        return
-    _routed = True
-    pg_cls = dist.ProcessGroup
 
-    def backend_of(pg, tensors):
+def _whole_group(opts, backend: GoclBackend, devices: list[str]):
+    """The ProcessGroup for a group that is gocl on every device: torch's
+    own C++ ProcessGroup (so names, DeviceMesh, functional collectives and
+    DETAIL debugging work as for built-in backends) whose Python class
+    answers "gocl" for its backend name (DDP's logs; torch names every
+    Python Backend "custom") and routes calls on gocl tensors straight to
+    the Engine."""
+    torch_pg = opts.process_group
+    store = getattr(opts.store, "underlying_store", opts.store)  # the group's store, without the device prefix
+    registered = backend
+    if dist.get_debug_level() == dist.DebugLevel.DETAIL and dist.is_gloo_available():
+        # what torch does for a backend it registers itself
+        registered = dist.distributed_c10d._create_process_group_wrapper(
+            wrapped_pg=backend, store_prefix=opts.group_id, store=opts.store, rank=opts.group_rank,
+            world_size=opts.group_size, timeout=opts.timeout)
+    pg = GoclGroup(store, opts.group_rank, opts.group_size, backend if registered is backend else None)
+    kind = dist.ProcessGroup.BackendType.CUSTOM
+    pg._set_default_backend(kind)
+    for device in devices:
+        pg._register_backend(torch.device(device), kind, registered)
+    bound = getattr(torch_pg, "bound_device_id", None)
+    if bound is not None:
+        pg.bound_device_id = bound
+    backend._group = pg  # the backend keeps its group alive until shutdown (C++ may hold only the backend)
+    return pg
+
+
+class GoclGroup(dist.ProcessGroup):
+    """torch's ProcessGroup for a group that is gocl on every device (the
+    Backend route). Its methods are the ones torch.distributed calls, and
+    C++ reaches them through torch's trampoline too: calls whose tensors
+    are gocl's go to the Engine, which returns gocl's own Works (torch's C++
+    holder of a Python Backend's Work forwards only wait() and
+    get_future(), so is_completed() and _source_rank() would be lost) and
+    skips torch's C++ dispatch (half the time of a small synchronous
+    call). Anything else, and every call when TORCH_DISTRIBUTED_DEBUG=DETAIL
+    wraps the backend, goes to torch's ProcessGroup. Each method falls back
+    by calling super() from its own frame, which is how pybind11 tells a
+    call from the override apart from a C++ call into it."""
+
+    def __init__(self, store, rank: int, size: int, backend: GoclBackend | None):
+        dist.ProcessGroup.__init__(self, store, rank, size)
+        self._engine = backend._engine if backend is not None else None
+
+    def getBackendName(self) -> str:  # noqa: N802
+        return BACKEND_NAME
+
+    def _routes(self, args, kwargs) -> bool:
+        if self._engine is None or kwargs or len(args) < 2 or not isinstance(args[-1], _OPTIONS):
+            return False
+        t = _first_tensor(args)
+        return t is not None and t.device.type in DEVICES
+
+    def _routes_p2p(self, tensors) -> bool:
         t = _first_tensor(tensors)
-        if t is None:
-            return None
-        try:
-            b = pg._get_backend(t.device)
-        except Exception:  # noqa: BLE001  (no backend for that device: torch's own error follows)
-            return None
-        return b if isinstance(b, GoclBackend) else None
-
-    def cpu_engine(pg):
-        """The Engine behind pg's CPU backend (None: not gocl), cached per
-        group: _get_backend alone costs more than a small call's C work.
-        Weak, so a destroyed group goes; a recycled id misses the check."""
-        hit = _cpu_engines.get(id(pg))
-        if hit is not None and hit[0]() is pg:
-            return hit[1]
-        b = backend_of(pg, [_CPU_PROBE])
-        engine = b._engine if b is not None else None
-        _cpu_engines[id(pg)] = (weakref.ref(pg, lambda _, k=id(pg): _cpu_engines.pop(k, None)), engine)
-        return engine
-
-    for name in _P2P + _COLLECTIVES:
-        original = getattr(pg_cls, name, None)
-        if original is None:
-            continue
-        if name in _P2P:
-            def routed(self, tensors, *args, _name=name, _original=original, **kwargs):
-                if type(self) is pg_cls:
-                    backend = backend_of(self, tensors)
-                    if backend is not None:
-                        return getattr(backend, _name)(tensors, *args, **kwargs)
-                return _original(self, tensors, *args, **kwargs)
-        else:
-            def routed(self, *args, _name=name, _original=original, **kwargs):
-                if type(self) is pg_cls and len(args) >= 2 and not kwargs and isinstance(args[-1], _OPTIONS):
-                    t = _first_tensor(args)
-                    if t is not None and t.is_cpu:
-                        engine = cpu_engine(self)
-                        if engine is not None:
-                            return getattr(engine, _name)(*args)
-                    else:
-                        backend = backend_of(self, args)
-                        if backend is not None:
-                            return getattr(backend, _name)(*args)
-                return _original(self, *args, **kwargs)
-
-        if name == "allreduce":
-            routed = _routed_allreduce(routed, cpu_engine)
-        routed.__name__ = name
-        routed.__doc__ = original.__doc__
-        setattr(pg_cls, name, routed)
-
-
-def _routed_allreduce(general, cpu_engine):
-    """The routing of pg.allreduce([t], opts), the latency path's caller,
-    with the fewest checks; anything else goes to general. A synchronous
-    call from a torch.distributed wrapper that takes None (see
-    _none_ok_caller) gets None instead of a completed Work."""
-    pg_cls, opts_cls, getframe = dist.ProcessGroup, c10d.AllreduceOptions, sys._getframe
+        return self._engine is not None and t is not None and t.device.type in DEVICES
 
     def allreduce(self, *args, **kwargs):
-        if type(self) is pg_cls and len(args) == 2 and not kwargs and type(args[1]) is opts_cls:
+        engine = self._engine
+        if engine is not None and len(args) == 2 and not kwargs and type(args[1]) is c10d.AllreduceOptions:
             tensors, opts = args
-            if len(tensors) == 1 and tensors[0].is_cpu:
-                engine = cpu_engine(self)
-                if engine is not None:
-                    none_ok = not opts.asyncOp and _none_ok_caller(getframe(1).f_code) if _HAS_ASYNC_OP else False
-                    return engine.allreduce(tensors, opts, none_ok)
-        return general(self, *args, **kwargs)
-    return allreduce
+            if len(tensors) == 1 and tensors[0].is_cpu and _HAS_ASYNC_OP and not opts.asyncOp:
+                try:
+                    caller = _getframe(1).f_code
+                except ValueError:  # called from C++ on a thread without Python frames (DDP's backward)
+                    caller = None
+                return engine.allreduce(tensors, opts, caller is not None and _none_ok_caller(caller))
+        if self._routes(args, kwargs):
+            return engine.allreduce(*args)
+        return super().allreduce(*args, **kwargs)
+
+    def allreduce_coalesced(self, *args, **kwargs):
+        if self._routes(args, kwargs):
+            return self._engine.allreduce_coalesced(*args)
+        return super().allreduce_coalesced(*args, **kwargs)
+
+    def broadcast(self, *args, **kwargs):
+        if self._routes(args, kwargs):
+            return self._engine.broadcast(*args)
+        return super().broadcast(*args, **kwargs)
+
+    def reduce(self, *args, **kwargs):
+        if self._routes(args, kwargs):
+            return self._engine.reduce(*args)
+        return super().reduce(*args, **kwargs)
+
+    def allgather(self, *args, **kwargs):
+        if self._routes(args, kwargs):
+            return self._engine.allgather(*args)
+        return super().allgather(*args, **kwargs)
+
+    def all_gather_single(self, *args, **kwargs):
+        if self._routes(args, kwargs):
+            return self._engine.all_gather_single(*args)
+        return super().all_gather_single(*args, **kwargs)
+
+    def reduce_scatter(self, *args, **kwargs):
+        if self._routes(args, kwargs):
+            return self._engine.reduce_scatter(*args)
+        return super().reduce_scatter(*args, **kwargs)
+
+    def reduce_scatter_single(self, *args, **kwargs):
+        if self._routes(args, kwargs):
+            return self._engine.reduce_scatter_single(*args)
+        return super().reduce_scatter_single(*args, **kwargs)
+
+    def all_to_all_single(self, *args, **kwargs):
+        if self._routes(args, kwargs):
+            return self._engine.all_to_all_single(*args)
+        return super().all_to_all_single(*args, **kwargs)
+
+    def alltoall(self, *args, **kwargs):
+        if self._routes(args, kwargs):
+            return self._engine.alltoall(*args)
+        return super().alltoall(*args, **kwargs)
+
+    def send(self, tensors, *args, **kwargs):
+        if self._routes_p2p(tensors):
+            return self._engine.send(tensors, *args, **kwargs)
+        return super().send(tensors, *args, **kwargs)
+
+    def recv(self, tensors, *args, **kwargs):
+        if self._routes_p2p(tensors):
+            return self._engine.recv(tensors, *args, **kwargs)
+        return super().recv(tensors, *args, **kwargs)
+
+    def recv_anysource(self, tensors, *args, **kwargs):
+        if self._routes_p2p(tensors):
+            return self._engine.recv_anysource(tensors, *args, **kwargs)
+        return super().recv_anysource(tensors, *args, **kwargs)
 
 
-_HAS_ASYNC_OP = hasattr(c10d.AllreduceOptions(), "asyncOp")  # torch >= 2.8 tells the backend
 _none_ok: dict = {}  # code object -> whether that caller takes None from a synchronous call
 
 
@@ -374,10 +439,6 @@ def _none_ok_caller(code) -> bool:
 
 
 _C10D_PY = os.path.join("torch", "distributed", "distributed_c10d.py")
-
-
-_cpu_engines: dict = {}  # id(ProcessGroup) -> (weakref to it, its CPU Engine or None)
-_CPU_PROBE = torch.empty(0)
 
 
 class ProcessGroupGocl(_Ops, dist.ProcessGroup):

@@ -105,3 +105,24 @@ def test_monitored_barrier_names_every_missing_rank(impl):
                 barrier(timeout=datetime.timedelta(seconds=0))
         # the others skip both: rank 0 names them; line up again
         dist.barrier()
+
+
+@pytest.mark.ranks(2)
+@pytest.mark.parametrize("impl", IMPLS)
+def test_ddp_logs_the_backend_as_gocl(impl):
+    """torch's test_ddp_logging_data_cpu: DDP's logging data names the
+    group's backend as dist.get_backend() does (torch names a Python c10d
+    Backend "custom" unless the group says otherwise), for the default
+    group, a "cpu:gocl" group (which get_backend calls "cpu:gocl", as it
+    does "cpu:gloo") and a new_group."""
+    _use(impl)
+    with group(backend="cpu:gocl" if impl == "backend" else "gocl") as (rank, world):
+        for g in (None, dist.new_group(list(range(world)))):
+            model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(3, 2), process_group=g)
+            model(torch.full((4, 3), float(rank))).sum().backward()
+            assert model._get_ddp_logging_data()["backend_name"] == "gocl"
+            assert dist.get_backend(g) in ("gocl", "cpu:gocl")
+            assert (g or dist.group.WORLD).name() == "gocl"
+            grads = [torch.empty_like(model.module.weight.grad) for _ in range(world)]
+            dist.all_gather(grads, model.module.weight.grad, group=g)
+            assert all(torch.equal(x, grads[0]) for x in grads), "DDP's gradients differ between ranks"

@@ -31,9 +31,9 @@ BIG = 70_001  # past the direct/ring switch and the inline frame size
 
 
 @contextlib.contextmanager
-def group(timeout_s: float = 60, **kwargs):
-    """init_process_group("gocl") from the rank's environment; destroy after."""
-    dist.init_process_group("gocl", timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
+def group(timeout_s: float = 60, backend: str = "gocl", **kwargs):
+    """init_process_group(backend) from the rank's environment; destroy after."""
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
     try:
         yield dist.get_rank(), dist.get_world_size()
         # rank 0 hosts the TCPStore: nobody may leave while others still use it
