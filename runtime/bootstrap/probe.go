@@ -1,6 +1,7 @@
 package bootstrap
 
 import (
+	"encoding/json"
 	"errors"
 	"net"
 	"time"
@@ -9,14 +10,33 @@ import (
 )
 
 // After init each rank keeps its bootstrap listener open and answers
-// liveness probes on it: a peer that timed out waiting asks what this rank
-// is doing, on a path that does not depend on the links, so a rank whose
-// process is stopped (or hung outside gocl) is told apart from one that
-// is itself waiting for someone else.
+// requests on it, on a path that does not depend on the links: liveness
+// probes (a peer that timed out waiting asks what this rank is doing, so a
+// rank whose process is stopped, or hung outside gocl, is told apart from
+// one that is itself waiting for someone else) and the survivors'
+// agreement when the communicator shrinks.
 
-// Serve answers every authenticated connection on ln with one message,
-// answer()'s value, until ln is closed. Strangers are logged and dropped.
-func Serve(ln net.Listener, self int, secret []byte, answer func() any) {
+// Request is one question to a rank's listener: Kind names it, Body is
+// the kind's own JSON.
+type Request struct {
+	Kind string          `json:"kind"`
+	Body json.RawMessage `json:"body,omitempty"`
+}
+
+// NewRequest makes a request of kind with body (nil: none).
+func NewRequest(kind string, body any) Request {
+	r := Request{Kind: kind}
+	if body != nil {
+		r.Body, _ = json.Marshal(body)
+	}
+	return r
+}
+
+// Serve answers every authenticated connection on ln: it reads one
+// Request and writes handle's answer, until ln is closed. Strangers are
+// logged and dropped. handle may block (a shrink's coordinator answers when
+// it has decided); it bounds its own wait.
+func Serve(ln net.Listener, self int, secret []byte, handle func(Request) any) {
 	defer func() { recover() }() // a goroutine of ours never takes the process down
 	if d, ok := ln.(interface{ SetDeadline(time.Time) error }); ok {
 		d.SetDeadline(time.Time{}) // the mesh's accept deadline
@@ -38,14 +58,20 @@ func Serve(ln net.Listener, self int, secret []byte, answer func() any) {
 				debuglog.Warnf(debuglog.Bootstrap, self, "dropped connection from %s: %v", c.RemoteAddr(), err)
 				return
 			}
-			writeMsg(c, answer())
+			var req Request
+			if err := readMsg(c, &req); err != nil {
+				return
+			}
+			c.SetDeadline(time.Time{}) // an authenticated peer; handle bounds its own wait
+			writeMsg(c, handle(req))
 		}()
 	}
 }
 
-// Ask reads the answer of the rank serving at addr into reply. It does not
-// retry: a refused connection is an answer too (the process is gone).
-func Ask(addr string, secret []byte, deadline time.Time, reply any) error {
+// Ask sends req to the rank serving at addr and reads its answer into
+// reply. It does not retry: a refused connection is an answer too (the
+// process is gone, or its communicator was freed).
+func Ask(addr string, secret []byte, deadline time.Time, req Request, reply any) error {
 	d := net.Dialer{Deadline: deadline}
 	c, err := d.Dial("tcp", addr)
 	if err != nil {
@@ -54,6 +80,9 @@ func Ask(addr string, secret []byte, deadline time.Time, reply any) error {
 	defer c.Close()
 	c.SetDeadline(deadline)
 	if err := authDial(c, secret); err != nil {
+		return err
+	}
+	if err := writeMsg(c, req); err != nil {
 		return err
 	}
 	return readMsg(c, reply)

@@ -80,6 +80,9 @@ type Comm struct {
 	prog    progress
 	blameMu sync.Mutex
 	verdict error // the first diagnosis of a failure, kept for its echoes
+
+	shrink shrinkState   // shrinks of this communicator (shrink.go, agree.go)
+	growID *bootstrap.ID // the id GetUniqueID made for a grow (grow.go)
 }
 
 // processID tells ranks of one process apart from ranks of other processes.
@@ -197,7 +200,7 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 	}
 	c.flight = newFlightRecorder(c)
 	serving = true // release closes it from now on
-	go bootstrap.Serve(ln, rank, c.secret, c.answer)
+	go bootstrap.Serve(ln, rank, c.secret, c.serve)
 	if err := c.setupTuner(settings); err != nil {
 		c.fail(err)
 		c.release()

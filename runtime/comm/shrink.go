@@ -1,0 +1,132 @@
+package comm
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"gocl/runtime/bootstrap"
+	"gocl/runtime/debuglog"
+	"gocl/runtime/status"
+	"gocl/runtime/transport"
+)
+
+// ShrinkFlags are goclCommShrink's flags (NCCL's values).
+type ShrinkFlags int
+
+const (
+	// ShrinkDefault: the parent's queued work finishes first (it is quiescent,
+	// or failed).
+	ShrinkDefault ShrinkFlags = 0
+	// ShrinkAbort: the parent's operations in progress are failed first, as
+	// Revoke fails them.
+	ShrinkAbort ShrinkFlags = 1
+)
+
+// Shrink makes a communicator of c's ranks less the excluded ones, in the
+// same order; excluded ranks do not call it. c may have failed (a rank
+// died): shrinking talks over the bootstrap listeners, not c's links. With
+// agree, exclude must be empty and the survivors find the dead set
+// themselves (agree.go): every survivor gets the same communicator, even
+// when they noticed the failure at different times or a rank dies during
+// the shrink. The new communicator takes the timeout of opts, else c's; c
+// stays to be destroyed.
+func (c *Comm) Shrink(exclude []int, agree bool, flags ShrinkFlags, opts Options) (*Comm, error) {
+	bad := func(format string, a ...any) error {
+		return status.Errorf(status.InvalidArgument, "shrink on rank %d: "+format, append([]any{c.rank}, a...)...)
+	}
+	if flags != ShrinkDefault && flags != ShrinkAbort {
+		return nil, bad("shrinkFlags is %d: pass GOCL_SHRINK_DEFAULT (0) or GOCL_SHRINK_ABORT (1)", flags)
+	}
+	if agree && len(exclude) > 0 {
+		return nil, bad("an exclude list and agreement both asked for: pass the list, or none to let the survivors agree")
+	}
+	exclude = slices.Clone(exclude)
+	slices.Sort(exclude)
+	for i, r := range exclude {
+		switch {
+		case r < 0 || r >= c.nranks:
+			return nil, bad("excluded rank %d is out of range: pass ranks in [0, %d]", r, c.nranks-1)
+		case r == c.rank:
+			return nil, bad("it excludes itself: an excluded rank does not call shrink (destroy or abort its communicator instead)")
+		case i > 0 && exclude[i-1] == r:
+			return nil, bad("rank %d is excluded twice", r)
+		}
+	}
+	if c.freedNow() {
+		return nil, status.Errorf(status.InvalidUsage, "shrink on rank %d: the communicator was destroyed: shrink it before destroying it", c.rank)
+	}
+	if flags == ShrinkAbort {
+		c.Revoke()
+	} else {
+		c.waitQueued()
+	}
+	if !opts.HasTimeout {
+		opts.Timeout, opts.HasTimeout = c.timeout, true
+	}
+	var deadline time.Time
+	if c.timeout > 0 {
+		deadline = time.Now().Add(2 * c.timeout) // a failed init and a second agreement fit in it
+	}
+	c.shrink.mu.Lock()
+	epoch := c.shrink.epoch
+	c.shrink.epoch++
+	c.shrink.mu.Unlock()
+	for attempt := 0; ; attempt++ {
+		dec, err := c.agreeOn(epoch, attempt, agree, exclude, deadline)
+		if err != nil {
+			return nil, status.Errorf(status.RemoteError, "shrink on rank %d: %w", c.rank, err)
+		}
+		survivors := complement(dec.Dead, c.nranks)
+		rank := slices.Index(survivors, c.rank)
+		sub, err := InitRank(dec.ID, len(survivors), rank, c.device, opts)
+		if err == nil {
+			debuglog.Infof(debuglog.Init, c.rank, "shrink %d: rank %d of %d is rank %d of %d, without ranks %v",
+				epoch, c.rank, c.nranks, rank, len(survivors), dec.Dead)
+			return sub, nil
+		}
+		if !agree || (!deadline.IsZero() && time.Now().After(deadline)) {
+			return nil, fmt.Errorf("shrink on rank %d (without ranks %v): %w", c.rank, dec.Dead, err)
+		}
+		debuglog.Warnf(debuglog.Init, c.rank, "shrink %d: the new communicator without ranks %v failed to start (%v): agreeing again", epoch, dec.Dead, err)
+	}
+}
+
+// freedNow reports whether the communicator was destroyed or aborted.
+func (c *Comm) freedNow() bool {
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	return c.freed
+}
+
+// Revoke fails every operation in progress or queued, here and on every
+// peer (told over the bootstrap listeners, so ranks not in a call learn it
+// too), and returns once none runs here: the communicator is then
+// quiescent, to be shrunk or destroyed.
+func (c *Comm) Revoke() {
+	c.fail(revoked(c.rank, c.rank))
+	wait := probeWait(c.timeout)
+	var wg sync.WaitGroup
+	for p := range c.peers {
+		if p == c.rank {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var reply shrinkReply // a peer already gone needs no telling
+			bootstrap.Ask(c.peers[p].Addr, c.secret, time.Now().Add(wait), bootstrap.NewRequest(askRevoke, c.rank), &reply)
+		}()
+	}
+	wg.Wait()
+	c.waitQueued()
+	c.opMu.Lock()
+	c.opMu.Unlock() //nolint:staticcheck // an empty section: waits for the running call to leave
+}
+
+// revoked is the error of a communicator rank by revoked.
+func revoked(self, by int) error {
+	return transport.NewError(transport.Error{Kind: transport.KindPeerFailed, Self: self, Peer: by, Via: -1,
+		Detail: fmt.Sprintf("rank %d revoked the communicator", by)})
+}
