@@ -114,6 +114,7 @@ func (p *prims) produce(peer, step, n int, fill func(out []byte) error, tmp []by
 			if ok {
 				p.mode[peer] = lent
 				if err := fill(slot[:n]); err != nil {
+					l.Cancel()
 					return err
 				}
 				return l.Commit(p.c.hdr(step))

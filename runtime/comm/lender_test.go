@@ -112,6 +112,13 @@ func (s *slotLink) Commit(h *wire.Header) error {
 	return s.failed()
 }
 
+func (s *slotLink) Cancel() {
+	if s.cur != nil {
+		s.free <- s.cur[:cap(s.cur)]
+		s.cur = nil
+	}
+}
+
 func (s *slotLink) Send(h *wire.Header, data []byte) error {
 	f := slotFrame{h: *h, data: data, done: make(chan struct{})}
 	select {

@@ -18,6 +18,10 @@ type Lender interface {
 	// Commit sends the lent slot as one frame with header h (h.Len is set to
 	// the lent size).
 	Commit(h *wire.Header) error
+	// Cancel gives the lent slot up unsent, when filling it failed (the call
+	// fails, and with it the communicator): what the lend held (the shared
+	// mapping) is released, and the link is fit only to be closed.
+	Cancel()
 }
 
 // Streamer is a Link that can hand a frame's payload over in pieces, each

@@ -271,6 +271,9 @@ func (e *end) Commit(h *wire.Header) error {
 	return nil
 }
 
+// Cancel gives up the outstanding Lend (the slot stays unpublished).
+func (e *end) Cancel() { e.lent = 0 }
+
 // receive takes the next frame, hands it to use and frees its slot.
 func (e *end) receive(want *wire.Header, use func(payload []byte)) error {
 	d, k := e.in, e.recvd

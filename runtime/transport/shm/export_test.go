@@ -52,3 +52,6 @@ func tcpPair(t testing.TB) (net.Conn, net.Conn) {
 	}
 	return a, <-acc
 }
+
+// Unmapped reports whether Close has unmapped l's segments.
+func Unmapped(l transport.Link) bool { return l.(*link).users.Load() < 0 }

@@ -654,6 +654,16 @@ func (l *link) Commit(h *wire.Header) error {
 	return nil
 }
 
+// Cancel gives up the outstanding Lend: its enter is released, so Close can
+// unmap (a lend held to the end kept the pair's segments mapped for good).
+func (l *link) Cancel() {
+	if l.lent.n == 0 {
+		return
+	}
+	l.lent = piece{}
+	l.exit()
+}
+
 // ---- receiving ----
 
 // word waits for word i of slot seq and returns its data half.

@@ -161,3 +161,19 @@ func TestUnavailableFallsBackTogether(t *testing.T) {
 		t.Fatalf("control connection not clean after the fallback: %q, %v", buf, err)
 	}
 }
+
+// A lend whose filling failed is given up with Cancel: Close then unmaps
+// the pair's segments (a lend held to the end kept them mapped for good,
+// one pair's worth per failed call, until the process exited).
+func TestCancelledLendIsUnmapped(t *testing.T) {
+	a, _ := connect(t)
+	ln := a.(transport.Lender)
+	if _, ok, err := ln.Lend(4096); err != nil || !ok {
+		t.Fatalf("Lend: %v %v", ok, err)
+	}
+	ln.Cancel()
+	a.Close()
+	if !shm.Unmapped(a) {
+		t.Error("closed after a cancelled lend, the segments are still mapped")
+	}
+}

@@ -505,6 +505,13 @@ func testLender(t *testing.T, pair Pair) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+	// A lend given up: Commit then has nothing to send.
+	if _, ok, err := ln.Lend(64); err == nil && ok {
+		ln.Cancel()
+		if err := ln.Commit(hdr(0)); err == nil {
+			t.Error("Commit after Cancel succeeded")
+		}
+	}
 	// Closing with a slot lent must neither crash nor hang, and Commit then fails.
 	if slot, ok, err := ln.Lend(4096); err == nil && ok {
 		slot[0] = 1
