@@ -54,5 +54,7 @@ var (
 
 	_ = [1]struct{}{}[int(C.GOCL_UNIQUE_ID_BYTES)-bootstrap.IDBytes]
 	_ = [1]struct{}{}[int(C.GOCL_SPLIT_NOCOLOR)-comm.NoColor]
+	_ = [1]struct{}{}[int(C.GOCL_SHRINK_DEFAULT)-int(comm.ShrinkDefault)]
+	_ = [1]struct{}{}[int(C.GOCL_SHRINK_ABORT)-int(comm.ShrinkAbort)]
 	_ = [1]struct{}{}[int(C.GOCL_VERSION_CODE)-comm.Version]
 )

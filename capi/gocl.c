@@ -104,6 +104,26 @@ goclResult_t goclCommSplit(goclComm_t comm, int color, int key, goclComm_t* newc
   return (goclResult_t)goclgoCommSplit(H(comm), color, key, (uintptr_t*)newcomm, config);
 }
 
+goclResult_t goclCommShrink(goclComm_t comm, int* excludeRanksList, int excludeRanksCount, goclComm_t* newcomm,
+                            goclConfig_t* config, int shrinkFlags) {
+  GUARD();
+  return (goclResult_t)goclgoCommShrink(H(comm), excludeRanksList, excludeRanksCount, (uintptr_t*)newcomm, config,
+                                        shrinkFlags);
+}
+
+goclResult_t goclCommRevoke(goclComm_t comm, int flags) { GUARD(); return (goclResult_t)goclgoCommRevoke(H(comm), flags); }
+
+goclResult_t goclCommGetUniqueId(goclComm_t comm, goclUniqueId* id) {
+  GUARD();
+  return (goclResult_t)goclgoCommGetUniqueId(H(comm), (char*)id);
+}
+
+goclResult_t goclCommGrow(goclComm_t comm, int nRanks, const goclUniqueId* id, int rank, goclComm_t* newcomm,
+                          goclConfig_t* config) {
+  GUARD();
+  return (goclResult_t)goclgoCommGrow(H(comm), nRanks, (char*)id, rank, (uintptr_t*)newcomm, config);
+}
+
 goclResult_t goclCommDestroy(goclComm_t comm) { GUARD(); return (goclResult_t)goclgoCommDestroy(H(comm), 0); }
 goclResult_t goclCommAbort(goclComm_t comm) { GUARD(); return (goclResult_t)goclgoCommDestroy(H(comm), 1); }
 

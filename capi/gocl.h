@@ -154,6 +154,39 @@ goclResult_t goclCommInitAll(goclComm_t* comms, int ndev, const int* devlist);
  * comm's settings (its timeout), as NCCL's split does. */
 goclResult_t goclCommSplit(goclComm_t comm, int color, int key, goclComm_t* newcomm, goclConfig_t* config);
 
+/* Fault tolerance (NCCL 2.27/2.29's names, signatures and flags). */
+#define GOCL_SHRINK_DEFAULT 0x00 /* the parent's queued work finishes first */
+#define GOCL_SHRINK_ABORT 0x01   /* the parent's operations in progress are failed first */
+
+/* A communicator of comm's ranks less the excludeRanksCount ranks listed in
+ * excludeRanksList, in the same order; excluded ranks do not call it. comm
+ * may have failed (a rank died): shrinking does not use its connections.
+ * With excludeRanksList == NULL (and excludeRanksCount 0) the survivors
+ * agree among themselves on which ranks are gone and exclude exactly those:
+ * every survivor gets the same communicator, even when they noticed the
+ * failure at different times or another rank dies during the shrink; a rank
+ * that is alive but does not call shrink within comm's timeout is left out.
+ * config may be NULL (comm's timeout). comm stays to be destroyed. */
+goclResult_t goclCommShrink(goclComm_t comm, int* excludeRanksList, int excludeRanksCount, goclComm_t* newcomm,
+                            goclConfig_t* config, int shrinkFlags);
+
+/* Fails every operation in progress or queued on comm, on this rank and on
+ * every peer (ranks not in a call learn it too), and returns once none runs
+ * here; comm can then be shrunk or destroyed. flags: 0. */
+goclResult_t goclCommRevoke(goclComm_t comm, int flags);
+
+/* Makes the id of a grow of comm: call it on comm's rank 0 and hand the id
+ * to the processes that will join. */
+goclResult_t goclCommGetUniqueId(goclComm_t comm, goclUniqueId* uniqueId);
+
+/* A communicator of nRanks: comm's ranks keep their ranks (they pass rank
+ * -1; comm is collective over them; only rank 0 needs uniqueId, the others
+ * may pass NULL) and new ranks join with comm == NULL, the id from rank 0's
+ * goclCommGetUniqueId and their rank in [comm's size, nRanks). config may
+ * be NULL (comm's timeout; the environment's for new ranks). */
+goclResult_t goclCommGrow(goclComm_t comm, int nRanks, const goclUniqueId* uniqueId, int rank, goclComm_t* newcomm,
+                          goclConfig_t* config);
+
 /* Waits for work queued by this comm on streams, then frees it. Collective in
  * spirit (as in NCCL every rank should call it) but never blocks on peers. */
 goclResult_t goclCommDestroy(goclComm_t comm);

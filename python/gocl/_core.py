@@ -19,6 +19,7 @@ INT8, UINT8, INT32, UINT32, INT64, UINT64, FLOAT16, FLOAT32, FLOAT64, BFLOAT16 =
 # goclRedOp_t
 SUM, PROD, MAX, MIN, AVG = range(5)
 SPLIT_NOCOLOR = -1
+SHRINK_DEFAULT, SHRINK_ABORT = 0, 1
 SUCCESS, IN_PROGRESS = 0, 7
 
 
@@ -153,6 +154,43 @@ class Comm:
         cfg = _lib.config(timeout=_timeout_arg(timeout, self.rank))
         self._call(_lib.lib().goclCommSplit(self.handle, color, key, ctypes.byref(h), ctypes.byref(cfg)))
         return Comm(h.value) if h.value else None
+
+    def shrink(self, exclude: list[int] | None, flags: int, timeout: float | None = None) -> "Comm":
+        """goclCommShrink; exclude None: the survivors agree on who is gone."""
+        h = ctypes.c_void_p()
+        cfg = _lib.config(timeout=_timeout_arg(timeout, self.rank))
+        ranks = None if exclude is None else (ctypes.c_int * max(len(exclude), 1))(*exclude)
+        self._call(_lib.lib().goclCommShrink(self.handle, ranks, 0 if exclude is None else len(exclude),
+                                             ctypes.byref(h), ctypes.byref(cfg), flags))
+        return Comm(h.value)
+
+    def revoke(self) -> None:
+        self._call(_lib.lib().goclCommRevoke(self.handle, 0))
+
+    def grow_id(self) -> bytes:
+        """goclCommGetUniqueId: the id new ranks join a grow with."""
+        uid = _lib.UniqueId()
+        self._call(_lib.lib().goclCommGetUniqueId(self.handle, ctypes.byref(uid)))
+        return uid.to_bytes()
+
+    def grow(self, nranks: int, uid: bytes | None, timeout: float | None = None) -> "Comm":
+        """goclCommGrow on an existing rank (it keeps its rank)."""
+        h = ctypes.c_void_p()
+        cfg = _lib.config(timeout=_timeout_arg(timeout, self.rank))
+        ref = None if uid is None else ctypes.byref(_lib.UniqueId.from_bytes(uid))
+        self._call(_lib.lib().goclCommGrow(self.handle, nranks, ref, -1, ctypes.byref(h), ctypes.byref(cfg)))
+        return Comm(h.value)
+
+    @classmethod
+    def grow_join(cls, uid: bytes, nranks: int, rank: int, timeout: float | None = None) -> "Comm":
+        """goclCommGrow on a new rank (comm NULL)."""
+        if len(uid) != _lib.UNIQUE_ID_BYTES:
+            raise ValueError(f"unique id must be {_lib.UNIQUE_ID_BYTES} bytes, got {len(uid)}")
+        h = ctypes.c_void_p()
+        cfg = _lib.config(timeout=_timeout_arg(timeout, rank))
+        check(_lib.lib().goclCommGrow(None, nranks, ctypes.byref(_lib.UniqueId.from_bytes(uid)), rank,
+                                      ctypes.byref(h), ctypes.byref(cfg)))
+        return cls(h.value)
 
     def async_error(self) -> int:
         v = ctypes.c_int()

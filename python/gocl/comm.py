@@ -732,6 +732,51 @@ class Communicator:
         new = self._c.split(c, k, timeout=timeout)
         return None if new is None else Communicator._wrap(new)
 
+    # ------------------------------------------------------- recovery
+
+    def shrink(self, exclude: "list[int] | None" = None, *, abort: bool = False,
+               timeout: float | None = None) -> "Communicator":
+        """A communicator of this one's ranks less ``exclude``, in the same
+        order (excluded ranks do not call it). Works on a communicator that
+        failed because a rank died. ``exclude=None``: the survivors agree on
+        which ranks are gone and leave out exactly those; every survivor gets
+        the same communicator. ``abort=True`` fails this communicator's
+        operations in progress first (GOCL_SHRINK_ABORT); otherwise its
+        queued work finishes first. ``timeout`` as in the constructor; None
+        keeps this communicator's. This communicator stays, to be destroyed."""
+        self._usable("shrink")
+        ranks = None if exclude is None else [index(r) for r in exclude]
+        flags = _core.SHRINK_ABORT if abort else _core.SHRINK_DEFAULT
+        return Communicator._wrap(self._c.shrink(ranks, flags, timeout=timeout))
+
+    def revoke(self) -> None:
+        """Fail every operation in progress or queued, here and on every peer,
+        and return once none runs here; then shrink or destroy."""
+        self._usable("revoke")
+        self._c.revoke()
+
+    def grow_id(self) -> bytes:
+        """On rank 0: the 128-byte id the ranks joining a :meth:`grow` pass to
+        :meth:`join_grow` (hand it to them as you would gocl.unique_id())."""
+        self._usable("grow_id")
+        return self._c.grow_id()
+
+    def grow(self, world_size: int, unique_id: bytes | None = None,
+             timeout: float | None = None) -> "Communicator":
+        """Collective over this communicator: a communicator of world_size
+        ranks in which these keep their ranks and new processes join with
+        :meth:`join_grow`. Only rank 0 needs the id (default: the one its
+        :meth:`grow_id` made)."""
+        self._usable("grow")
+        uid = None if unique_id is None else bytes(unique_id)
+        return Communicator._wrap(self._c.grow(index(world_size), uid, timeout=timeout))
+
+    @classmethod
+    def join_grow(cls, unique_id: bytes, rank: int, world_size: int,
+                  timeout: float | None = None) -> "Communicator":
+        """A new rank's side of :meth:`grow`: ``rank`` in [the old size, world_size)."""
+        return cls._wrap(_core.Comm.grow_join(bytes(unique_id), index(world_size), index(rank), timeout=timeout))
+
     def _drain(self, error_if_pending: GoclError | None) -> None:
         for w in list(self._pending):
             if w._event is not None and w._event.done():
