@@ -88,6 +88,7 @@ CTYPES = {
     "const int *": ctypes.POINTER(ctypes.c_int),
     "goclUniqueId": _lib.UniqueId,
     "goclUniqueId *": ctypes.POINTER(_lib.UniqueId),
+    "const goclUniqueId *": ctypes.POINTER(_lib.UniqueId),
     "goclConfig_t *": ctypes.POINTER(_lib.Config),
     "goclHostFn_t": ctypes.c_void_p,  # a function pointer
     **{t: ctypes.c_int for t in _ENUM_TYPES},
@@ -102,7 +103,7 @@ def test_parser_sees_the_whole_header():
     # A parser that finds nothing would make every comparison below vacuous.
     assert set(ENUMS) == {"goclResult_t", "goclDataType_t", "goclRedOp_t", "goclScalarResidence_t"}
     assert len(ENUMS["goclDataType_t"]) == 16 and len(ENUMS["goclResult_t"]) == 10
-    assert len(PROTOTYPES) == 40
+    assert len(PROTOTYPES) == 44
     assert {"GOCL_UNIQUE_ID_BYTES", "GOCL_CONFIG_MAGIC", "GOCL_SPLIT_NOCOLOR"} <= set(DEFINES)
 
 
@@ -151,6 +152,8 @@ def test_defines():
     assert _lib.CONFIG_MAGIC == int(DEFINES["GOCL_CONFIG_MAGIC"].rstrip("uU"), 0)
     assert _lib.CONFIG_UNDEF_DOUBLE == float(DEFINES["GOCL_CONFIG_UNDEF_DOUBLE"].strip("()"))
     assert _core.SPLIT_NOCOLOR == int(DEFINES["GOCL_SPLIT_NOCOLOR"])
+    assert _core.SHRINK_DEFAULT == int(DEFINES["GOCL_SHRINK_DEFAULT"], 0)
+    assert _core.SHRINK_ABORT == int(DEFINES["GOCL_SHRINK_ABORT"], 0)
 
 
 def test_config_layout():
