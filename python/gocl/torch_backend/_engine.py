@@ -170,6 +170,7 @@ class Engine:
         self._shut = False
         self.seq = 0  # operations issued (torch's "sequence number for group")
         self.store = None  # the group's store (monitored_barrier); set by create()
+        self.comm_timeout = None  # the communicator's timeout in seconds (op_timeout); set by create()
         self._monitored = 0  # monitored_barrier calls so far
         lib = _lib.lib()  # the latency paths call these directly
         self._c_all_reduce, self._c_all_gather, self._c_reduce_scatter = (
@@ -187,6 +188,7 @@ class Engine:
                              f"[{global_ranks[rank]}] GOCL INFO {line}\n")
         engine = cls(comm, rank, size, global_ranks, group_id)
         engine.store = store
+        engine.comm_timeout = op_timeout(timeout)
         return engine
 
     # ------------------------------------------------------------ helpers
@@ -1090,6 +1092,21 @@ class Engine:
             return
         self._shut = True
         self.comm.abort()
+
+    def shrink(self, exclude: list[int], flags: int) -> Engine:
+        """The Engine of this group's ranks less exclude (group ranks), made
+        by gocl's shrink, which works on a group that failed because a rank
+        died; this one stays to be shut down."""
+        if self._shut:
+            raise RuntimeError(f"gocl shrink on {self._where()}: the group was shut down or aborted")
+        comm = self.comm.shrink(list(exclude), flags, timeout=self.comm_timeout)
+        keep = [r for r in range(self.size) if r not in set(exclude)]
+        group_id = f"{self.group_id}:shrunk"
+        engine = Engine(comm, comm.rank, comm.size, [self.global_ranks[r] for r in keep], group_id)
+        engine.comm_timeout = self.comm_timeout
+        if self.store is not None:  # its own keys (monitored_barrier counts from 0 again)
+            engine.store = torch.distributed.PrefixStore(f"{group_id}/", self.store)
+        return engine
 
 
 class _Calls:

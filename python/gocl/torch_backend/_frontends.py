@@ -241,6 +241,16 @@ class GoclBackend(_Ops, _BackendBase):
             self._group = None
             _LIVE.discard(self)
 
+    # dist.shrink_group (torch >= 2.10)
+    @property
+    def supports_shrinking(self) -> bool:
+        return True
+
+    def shrink(self, ranks_to_exclude, shrink_flags=0, opts_override=None):
+        """The backend of a group without ranks_to_exclude (group ranks),
+        which do not call it; this group may have failed (a rank died)."""
+        return GoclBackend(self._engine.shrink(ranks_to_exclude, shrink_flags))
+
     def __repr__(self):
         e = self._engine
         return f"GoclBackend(group={e.group_id!r}, rank={e.rank}, size={e.size})"
