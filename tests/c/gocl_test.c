@@ -6,7 +6,8 @@
  *       -L build -lgocl -Wl,-rpath,'$ORIGIN' -lm -o build/gocl_test
  * Run:
  *   build/gocl_test -n 4                  every collective x dtype x op x size, in and out of place
- *   build/gocl_test -n 3 --kill-rank 1    rank 1 dies after init; the others must get an error naming it
+ *   build/gocl_test -n 3 --kill-rank 1    rank 1 dies after init; the others must get an error naming it,
+ *                                         then shrink (agreeing on who is gone) and all-reduce right
  * Options: -n N ranks (default 2), -T S wall-clock limit in seconds (default 600).
  *
  * The parent starts N copies of itself (launch.h). Every rank runs the same
@@ -870,6 +871,43 @@ static void test_dead_peer(ctx_t* t, int victim) {
   check(t, msg != NULL && strcmp(msg, copy) == 0,
         "dead peer: the goclGetLastError string changed under a successful goclCommGetAsyncError: \"%.60s\"",
         msg ? msg : "(null)");
+
+  /* The survivors shrink the failed communicator, agreeing on who is gone
+   * (a NULL list). */
+  int want_rank = t->rank - (t->rank > victim);
+  goclComm_t agreed = NULL, same = NULL;
+  rc = goclCommShrink(t->comm, NULL, 0, &agreed, NULL, GOCL_SHRINK_DEFAULT);
+  check(t, rc == goclSuccess, "shrink by agreement returned %d: %s", rc, goclGetLastError(t->comm));
+  if (rc != goclSuccess) return;
+  int n = 0, r = -1;
+  goclCommCount(agreed, &n);
+  goclCommUserRank(agreed, &r);
+  check(t, n == t->nranks - 1 && r == want_rank, "shrunk: rank %d of %d, want %d of %d", r, n, want_rank,
+        t->nranks - 1);
+  /* Then, from that one, an explicit empty list: both all-reduce right.
+   * (Not GOCL_SHRINK_ABORT here: its revoke may end a peer's tail of the
+   * all-reduce just done, as it is meant to.) */
+  float sum = (float)((t->nranks - 1) * (t->nranks - 2) / 2);
+  for (int k = 0; k < 2; k++) {
+    goclComm_t c = agreed;
+    if (k == 1) {
+      int none[1] = {0};
+      rc = goclCommShrink(agreed, none, 0, &same, NULL, GOCL_SHRINK_DEFAULT);
+      check(t, rc == goclSuccess, "shrink excluding nobody returned %d: %s", rc, goclGetLastError(agreed));
+      if (rc != goclSuccess) break;
+      c = same;
+    }
+    for (int i = 0; i < 1024; i++) buf[i] = (float)want_rank;
+    goclResult_t arc = goclAllReduce(buf, buf, 1024, goclFloat, goclSum, c, NULL);
+    check(t, arc == goclSuccess && buf[0] == sum && buf[1023] == sum, "all_reduce on shrunk comm %d: rc %d, %g want %g",
+          k, arc, buf[0], sum);
+  }
+  int bad[1] = {want_rank};
+  goclComm_t nope = NULL;
+  check(t, goclCommShrink(agreed, bad, 1, &nope, NULL, GOCL_SHRINK_DEFAULT) == goclInvalidArgument,
+        "shrink excluding itself must be an invalid argument");
+  if (same) goclCommDestroy(same);
+  goclCommDestroy(agreed);
 }
 
 /* ----------------------------------------------------------------- main */
