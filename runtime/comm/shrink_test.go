@@ -285,3 +285,30 @@ func TestGrow(t *testing.T) {
 		c.Destroy()
 	}
 }
+
+// Goroutines and fds return to their counts after a rank dies and the
+// survivors shrink and destroy everything, over every transport.
+func TestShrinkResourcesReturn(t *testing.T) {
+	transports(t, func(t *testing.T) {
+		cycle := func() {
+			comms, err := InitAll(4, nil, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			comms[1].Abort()
+			survivors := []int{0, 2, 3}
+			subs, errs := shrinkAll(comms, survivors, nil, func(int) time.Duration { return 0 })
+			checkShrunk(t, subs, errs, survivors) // destroys the shrunk ones
+			for _, r := range survivors {
+				comms[r].Destroy()
+			}
+		}
+		cycle() // warm-up: process-wide things made once
+		time.Sleep(50 * time.Millisecond)
+		g, f := held()
+		for i := 0; i < 3; i++ {
+			cycle()
+		}
+		settles(t, "three shrink cycles", [2]int{g, f})
+	})
+}
