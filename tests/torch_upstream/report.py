@@ -1,7 +1,7 @@
 """torch's whole DistributedTest suite on gloo and on gocl, side by side.
 
     .venv/bin/python tests/torch_upstream/report.py            # make test-torch-upstream
-    .venv/bin/python tests/torch_upstream/report.py --reuse    # rewrite RESULTS.md from the last runs' XML
+    .venv/bin/python tests/torch_upstream/report.py --reuse gloo,gocl,gocl-gloo-gates   # rewrite RESULTS.md from the last runs' XML
 
 Runs tests/torch_upstream three times, 2 ranks each, every test of the suite
 (no subset):
@@ -147,18 +147,20 @@ def main() -> int:
     ap.add_argument("--modes", default=",".join(MODES), help="runs to make, of " + ", ".join(MODES))
     ap.add_argument("--xml-dir", default=str(ROOT / "build" / "torch-upstream"))
     ap.add_argument("--out", default=str(HERE / "RESULTS.md"))
-    ap.add_argument("--reuse", action="store_true", help="read the XML of earlier runs instead of running")
+    ap.add_argument("--reuse", default="", help="runs (comma-separated) whose earlier XML is read instead of running them")
     ap.add_argument("pytest_args", nargs="*", help="passed to every pytest run (after --)")
     a = ap.parse_args()
     modes = [m for m in a.modes.split(",") if m]
-    if "gloo" not in modes or any(m not in MODES for m in modes):
-        ap.error(f"--modes: names from {', '.join(MODES)}, gloo among them (it is the reference)")
+    reuse = {m for m in a.reuse.split(",") if m}
+    if "gloo" not in modes or any(m not in MODES for m in modes) or not reuse <= set(modes):
+        ap.error(f"--modes: names from {', '.join(MODES)}, gloo among them (it is the reference); "
+                 "--reuse: some of them")
     xml_dir = Path(a.xml_dir)
     xml_dir.mkdir(parents=True, exist_ok=True)
     seconds = {}
     for mode in modes:
         xml = xml_dir / f"{mode}.xml"
-        if a.reuse:
+        if mode in reuse:
             if not xml.exists():
                 ap.error(f"--reuse: {xml} is missing; run without --reuse first")
         else:
