@@ -6,8 +6,13 @@ SOURCES := $(shell find capi runtime kernels jax_ffi -name '*.go' -o -name '*.c'
 RPATH   := -Wl,-rpath,'$$ORIGIN'
 CFLAGS  := -O2 -Wall -Wextra -I$(BUILD)/include -Itests/c
 # Python: a uv-made .venv with gocl installed editable (extras torch, jax, test).
+# Packages are installed with their bytecode compiled: uv skips that by default,
+# and where PYTHONDONTWRITEBYTECODE is set (our machines) every process would
+# compile torch from source again (13 s per `import torch` on 2 busy cores,
+# against about 2 s), for every rank of every test.
 PYTHON3 ?= python3
 UV      := $(PYTHON3) -m uv
+export UV_COMPILE_BYTECODE := 1
 VENV    := .venv
 PY      := $(VENV)/bin/python
 PYLIB   := python/gocl/_native/libgocl.so
