@@ -146,11 +146,11 @@ func (c *Comm) diagnose(e *transport.Error, err error) error {
 			return err // it closed the link without a verdict of its own
 		case !st.InCall:
 			return verdict(transport.KindStalled, p, fmt.Sprintf(
-				"the wait chain %s ends there: its process answers but is in no call on this communicator (%d calls made so far): it is busy elsewhere, or it does not make the same calls in the same order as the others (GOCL_TIMEOUT bounded the wait)",
+				"the wait chain %s ends there: its process answers but is in no call on this communicator (%d calls made so far): it is busy elsewhere, or it does not make the same calls in the same order as the others (the communicator's timeout bounded the wait: GOCL_TIMEOUT, or the timeout given at init)",
 				path(), st.Calls))
 		case st.WaitsOn >= 0 && seen[st.WaitsOn]:
 			return verdict(transport.KindStalled, p, fmt.Sprintf(
-				"the ranks %s -> %d wait for each other inside gocl calls that do not match (GOCL_TIMEOUT bounded the wait); the flight recorder (GOCL_TRACE_BUFFER, gocl trace) shows each rank's calls",
+				"the ranks %s -> %d wait for each other inside gocl calls that do not match (the communicator's timeout bounded the wait: GOCL_TIMEOUT, or the timeout given at init); the flight recorder (GOCL_TRACE_BUFFER, gocl trace) shows each rank's calls",
 				path(), st.WaitsOn))
 		case st.WaitsOn >= 0:
 			p = st.WaitsOn
