@@ -7,9 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <stdint.h>
 
+#include "memory.h"
 #include "xla_ffi.h"
 #include "_cgo_export.h"
 
@@ -251,46 +251,13 @@ gx_future *gocl_jax_future(const gx_api *api) {
     return a.future;
 }
 
-// XLA:CPU gives every call a fresh result buffer, and a large one is fresh
-// mmap'd memory: writing it takes a page fault per 4 KiB, which costs more
-// than the collective itself (16 MiB: ~4000 faults). Asking for transparent
-// huge pages on its whole 2 MiB blocks first (as numpy does for its large
-// arrays) makes that ~8 faults. Then the result is populated writable
-// (MADV_POPULATE_WRITE, Linux 5.14+; contents untouched, so an aliased
-// argument survives) before the collective starts: faulting inside it stalls
-// the peer at every fault, and on a loaded host each stall costs a sleep and
-// a wake-up (64 MiB, 2 processes: a fresh numpy result took 101 ms, median,
-// and up to 809 ms, against 52 ms for a reused one). Where the pages already
-// exist this is a page-table walk; where THP or populate is not available it
-// changes nothing. A buffer XLA reuses (resident at its first, middle and
-// last page) is left alone: populating it anyway walks its page tables for
-// ~160 us.
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-enum { HUGE = 2 << 20, HUGE_MIN = 4 << 20, PAGE = 4096 };
-
-static int resident(uintptr_t page) {
-    unsigned char v = 0;
-    return mincore((void *)page, PAGE, &v) == 0 && (v & 1);
-}
-
-static void prepare_result(void *p, size_t n) {
-    if (n < HUGE_MIN) return;
-    uintptr_t lo = ((uintptr_t)p + HUGE - 1) & ~(uintptr_t)(HUGE - 1), hi = ((uintptr_t)p + n) & ~(uintptr_t)(HUGE - 1);
-    if (hi > lo) madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
-    lo = ((uintptr_t)p + PAGE - 1) & ~(uintptr_t)(PAGE - 1), hi = ((uintptr_t)p + n) & ~(uintptr_t)(PAGE - 1);
-    if (hi > lo && !(resident(lo) && resident(lo + ((hi - lo) / 2 & ~(uintptr_t)(PAGE - 1))) && resident(hi - PAGE)))
-        madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
-}
-
 // run_cpu runs the call; Go makes a future (gocl_jax_future) only when the
 // call has to wait for others and cannot finish on this thread.
 static gx_error *run_cpu(gx_frame *f, int kind, decoded *d) {
     char msg[1024] = "";
     gx_future *fut = NULL;
     const gx_api *api = f->api;
-    prepare_result(d->out, d->bout);
+    gocl_jax_prepare_result(d->out, d->bout);
     int code = goclJaxSubmit(d->at.comm, ordinal(f), kind, d->in, d->out, d->nin, d->nout, d->dtype, d->at.op,
                              d->at.root, d->at.site, (int64_t *)d->at.perm, d->at.nperm, (gx_api *)api, &fut, msg,
                              sizeof msg);
@@ -354,7 +321,7 @@ static gx_error *run_cuda(gx_frame *f, int kind, decoded *d) {
     void *hin = malloc(d->bin ? d->bin : 1), *hout = malloc(d->bout ? d->bout : 1);
     char why[512], msg[1024] = "";
     gx_error *res = NULL;
-    if (hout != NULL) prepare_result(hout, d->bout); // fresh malloc'd memory too
+    if (hout != NULL) gocl_jax_prepare_result(hout, d->bout); // fresh malloc'd memory too
     if (hin == NULL || hout == NULL) {
         res = fail(f->api, GX_INTERNAL, "gocl.jax %s on CUDA: out of host memory staging %zu bytes", what,
                    d->bin + d->bout);

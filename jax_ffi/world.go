@@ -45,6 +45,7 @@ func newWorld(id *bootstrap.ID, nprocs, proc, ndev int, devices []int64) (int64,
 	if ndev < 1 || nprocs < 1 || proc < 0 || proc >= nprocs {
 		return 0, badArg("gocl.jax.init: need local_devices >= 1 and 0 <= rank < world_size, got local_devices=%d, rank=%d, world_size=%d", ndev, proc, nprocs)
 	}
+	keepResultMemory(proc * ndev)
 	var comms []*comm.Comm
 	var err error
 	switch {

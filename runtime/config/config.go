@@ -32,6 +32,8 @@ const (
 	ReadProcess = "each init, process-wide"
 	// ReadStartup: once, by the process's first unique id or init.
 	ReadStartup = "first init of the process"
+	// ReadJaxInit: once, by the process's first gocl.jax world.
+	ReadJaxInit = "first gocl.jax.init of the process"
 	// ReadNever: accepted for NCCL compatibility, not used.
 	ReadNever = "never"
 )
@@ -58,6 +60,7 @@ var table = []Var{
 	{"TRACE_FILE", "", ReadInit, "append the flight recorder's calls as JSON lines to this file when a communicator fails or goclCommDumpTrace asks; %h is the host name, %p the pid, %r the rank; `gocl trace FILES...` lines the ranks up"},
 	{"SPIN_US", "50", ReadProcess, "microseconds a waiting rank polls (yielding the CPU) before it sleeps, when a core is free for it; scaled by cores per rank when the host's ranks outnumber its cores, except that a rank waiting for another process then polls up to 1000, halved after each wait that sleeps anyway and doubled after each that polling ends (a yield costs that peer nothing, a sleep can idle the core); 0 sleeps at once"},
 	{"DEFAULTS", "1", ReadStartup, "1: when gocl starts on a machine that gocl doctor's knowledge base flags, it sets the safe transport settings you left unset for the other libraries in its process (today NCCL_P2P_DISABLE=1 where PCIe P2P runs behind an IOMMU or ACS) and logs each at INFO; gocl's own settings are unaffected. 0: set nothing"},
+	{"JAX_MALLOC", "1", ReadJaxInit, "1: gocl.jax sets glibc's malloc to keep freed memory for reuse (no mmap per large block, the heap's free top kept up to 256 MiB), so that the result buffers XLA allocates for every call are resident pages, not fresh ones the collective faults in (64 MiB, 2 processes: 547 faults a call otherwise); skipped where MALLOC_* or GLIBC_TUNABLES tune malloc. 0: leave malloc alone"},
 	{"DIRECT_THRESHOLD", "32768", ReadInit, "bytes: largest call (for allgather and reducescatter: largest block) for which the tuner considers the one-shot direct algorithm; GOCL_ALGO=direct forces it at any size"},
 }
 

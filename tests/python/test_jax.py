@@ -78,6 +78,7 @@ def test_two_processes():
     _check_concurrent_collectives_started_in_opposite_orders()
     _check_unused_collective_dropped_on_every_rank()
     _check_in_place_all_reduce()
+    _check_large_results_land_on_resident_memory()
     _check_gradients_and_vmap()
     _check_data_parallel_training_equals_full_batch()
     _check_programs_traced_in_rank_dependent_orders()
@@ -145,6 +146,58 @@ def _check_unused_collective_dropped_on_every_rank():
         mx, g = jax.jit(f)(x)
         np.testing.assert_array_equal(np.asarray(mx), np.arange(4.0) + n - 1)
         np.testing.assert_array_equal(np.asarray(g), np.stack([np.arange(4.0) + q for q in range(n)]))
+
+
+def _faults() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def _faults_per_call(f, x, calls: int = 8) -> float:
+    """Median minor page faults of a jitted call, results kept alive until
+    the next one (as a loop over steps does), once the heap has grown to
+    hold them (the first few calls fault in new heap)."""
+    for _ in range(6):
+        y = f(x).block_until_ready()
+    counts = []
+    for _ in range(calls):
+        before = _faults()
+        y = f(x).block_until_ready()
+        counts.append(_faults() - before)
+    del y
+    return float(np.median(counts))
+
+
+def _check_large_results_land_on_resident_memory():
+    """Results over 1 MiB at odd sizes, below and above glibc's largest mmap
+    threshold (32 MiB), are right, also in place; and, gocl.jax having set
+    malloc to keep freed memory (GOCL_JAX_MALLOC), XLA's fresh result buffer
+    is resident memory: a 40 MiB result mapped anew per call faults in its
+    10240 pages (about 550 faults with huge pages) on every call."""
+    r, n = gj.process_rank(), gj.world_size()
+    f = jax.jit(lambda v: gj.all_reduce(v))
+    g = jax.jit(lambda v: gj.all_reduce(v * 2, in_place=True))
+    for elems in ((1 << 18) + 3, (10 << 20) + 5):
+        x = jnp.asarray(np.arange(elems, dtype=np.float32) % 1000 + r)
+        want = sum(np.arange(elems, dtype=np.float32) % 1000 + q for q in range(n))
+        np.testing.assert_array_equal(np.asarray(f(x)), want)
+        np.testing.assert_array_equal(np.asarray(g(x)), 2 * want)
+        per_call = _faults_per_call(f, x)
+        assert per_call < 100, f"{elems * 4} B result: {per_call} page faults a call"
+
+
+@pytest.mark.ranks(1)
+def test_malloc_left_alone_when_told():
+    """GOCL_JAX_MALLOC=0: glibc keeps mapping a large result anew for every
+    call (the faults _check_large_results_land_on_resident_memory rules out)."""
+    os.environ["GOCL_JAX_MALLOC"] = "0"
+    gj.init(world_size=1)
+    f = jax.jit(lambda v: gj.all_reduce(v))
+    x = jnp.ones((10 << 20) + 5, jnp.float32)
+    np.testing.assert_array_equal(np.asarray(f(x)), np.ones((10 << 20) + 5, np.float32))
+    assert _faults_per_call(f, x) >= 20  # at least its 20 huge pages
+    gj.shutdown()
 
 
 def _check_in_place_all_reduce():
