@@ -21,7 +21,7 @@ PYPERF  := python/gocl/_native/gocl-perf
 PERF_SOURCES := bench/gocl_perf.c bench/perf_common.h tests/c/launch.c tests/c/launch.h capi/gocl.h
 DOCTOR_SOURCES := $(shell find cmd/gocl-doctor doctor -type f 2>/dev/null) go.mod $(wildcard go.sum)
 
-.PHONY: help lib run perf test test-go test-race test-c test-python test-torch27 test-torch-upstream test-torch-upstream-short venv pylib fuzz fuzz-short test-reliability bench mpi clean wheels wheel-tools qemu test-sdist
+.PHONY: help lib run perf test test-go test-race test-c test-python test-torch27 test-torch-upstream test-torch-upstream-short venv pylib fuzz fuzz-short test-reliability bench bench-jax mpi clean wheels wheel-tools qemu test-sdist
 
 help:
 	@echo "make run    - set up .venv, then the main job: examples/ddp_train.py (DDP) on 4 local ranks over gocl and gloo in turn"
@@ -32,6 +32,7 @@ help:
 	@echo "make test-torch-upstream - torch's whole distributed suite on gloo and gocl, 2 ranks, compared in RESULTS.md (long; make test runs a subset)"
 	@echo "make test-python - the Python suite (numpy API, launcher, pytest plugin, packaging, torch backend) in $(VENV)"
 	@echo "make bench  - gocl vs OpenMPI allreduce side by side, 2 and 4 ranks, checked against the goals (installs OpenMPI if missing)"
+	@echo "make bench-jax - gocl.jax vs JAX's gloo psum, mpi4jax (installed here over Debian's Open MPI) and gocl's numpy API, 2 processes"
 	@echo "make fuzz   - run each fuzz target (Go, and from_env's id exchange) for FUZZTIME (default 30s)"
 	@echo "make test-reliability - multi-host over network namespaces (also torchrun), resource hygiene over 100,000 calls (long)"
 	@echo "make wheels - release files in $(DIST)/: the sdist and manylinux_2_17 wheels for x86_64 and aarch64, each checked"
@@ -206,6 +207,17 @@ bench: $(BUILD)/gocl-perf $(VENV)/.plot-installed
 # matplotlib (the "plot" extra) for bench/busbw.png and `gocl perf --plot`.
 $(VENV)/.plot-installed: $(VENV)/.gocl-installed
 	$(UV) pip install --python $(PY) -e ".[plot]"
+	@touch $@
+
+# bench/jax_allreduce.py with its mpi4jax column: mpi4jax (built over
+# Debian's Open MPI) goes into the venv for this benchmark only, never for
+# make test. BENCH_JAX_ARGS, e.g. --lock /tmp/gocl-cpu.lock --rounds 9.
+bench-jax: venv $(VENV)/.mpi4jax-installed
+	$(PY) bench/jax_allreduce.py --markdown $(BENCH_JAX_ARGS)
+
+$(VENV)/.mpi4jax-installed: $(VENV)/.gocl-installed
+	$(MAKE) mpi
+	$(UV) pip install --python $(PY) mpi4jax
 	@touch $@
 
 # OpenMPI, the anchor the benchmarks compare against (Debian's packages).
