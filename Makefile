@@ -21,7 +21,7 @@ PYPERF  := python/gocl/_native/gocl-perf
 PERF_SOURCES := bench/gocl_perf.c bench/perf_common.h tests/c/launch.c tests/c/launch.h capi/gocl.h
 DOCTOR_SOURCES := $(shell find cmd/gocl-doctor doctor -type f 2>/dev/null) go.mod $(wildcard go.sum)
 
-.PHONY: help lib run perf test test-go test-race test-c test-python test-torch27 test-torch-upstream test-torch-upstream-short venv pylib fuzz fuzz-short test-reliability bench bench-jax mpi clean wheels wheel-tools qemu test-sdist
+.PHONY: help lib run perf test test-go test-race test-c test-python test-torch27 test-torch-upstream test-torch-upstream-short venv pylib fuzz fuzz-short test-reliability bench bench-jax test-torchft torchft-short bench-torchft mpi clean wheels wheel-tools qemu test-sdist
 
 help:
 	@echo "make run    - set up .venv, then the main job: examples/ddp_train.py (DDP) on 4 local ranks over gocl and gloo in turn"
@@ -34,6 +34,7 @@ help:
 	@echo "make bench  - gocl vs OpenMPI allreduce side by side, 2 and 4 ranks, checked against the goals (installs OpenMPI if missing)"
 	@echo "make bench-jax - gocl.jax vs JAX's gloo psum, mpi4jax (installed here over Debian's Open MPI) and gocl's numpy API, 2 processes"
 	@echo "make fuzz   - run each fuzz target (Go, and from_env's id exchange) for FUZZTIME (default 30s)"
+	@echo "make test-torchft - gocl.torchft's tests and a short torchft run (kill, restart, heal) on gocl, gloo, babygloo; make bench-torchft: the timed run"
 	@echo "make test-reliability - multi-host over network namespaces (also torchrun), resource hygiene over 100,000 calls (long)"
 	@echo "make wheels - release files in $(DIST)/: the sdist and manylinux_2_17 wheels for x86_64 and aarch64, each checked"
 	@echo "make test-sdist - install the sdist where PATH has no Go and no C compiler (minutes)"
@@ -125,7 +126,7 @@ run: venv
 perf: $(BUILD)/gocl-perf
 	$(BUILD)/gocl-perf all_reduce -P 4 -b 8 -e 64M -f 4 -c 1
 
-test: test-go test-race test-c test-python test-torch27 test-torch-upstream-short
+test: test-go test-race test-c test-python test-torch27 test-torch-upstream-short torchft-short
 
 test-go: fuzz-short
 	$(GO) vet ./...
@@ -153,7 +154,7 @@ test-c: $(BUILD)/gocl_test $(BUILD)/fork_test $(BUILD)/slack_test $(BUILD)/env_t
 	for n in 1 2 3 4 5; do $(BUILD)/gocl_test -n $$n || exit 1; done
 	$(BUILD)/gocl_test -n 3 --kill-rank 1
 
-test-python: venv $(FAKE_NVML) wheel-tools qemu
+test-python: venv $(VENV)/.torchft-installed $(FAKE_NVML) wheel-tools qemu
 	$(PY) -m pytest tests/python -q
 
 # The torch backend on the oldest torch our users report (2.7.1: the
@@ -218,6 +219,25 @@ bench-jax: venv $(VENV)/.mpi4jax-installed
 $(VENV)/.mpi4jax-installed: $(VENV)/.gocl-installed
 	$(MAKE) mpi
 	$(UV) pip install --python $(PY) mpi4jax
+	@touch $@
+
+# torchft (the "torchft" extra, which make venv does not install; make test does,
+# so tests/python/test_torchft.py runs in test-python): torchft-short is
+# bench/torchft_recovery.py's short run (the lighthouse, 2 replicas, one killed and
+# restarted, on gocl, gloo and babygloo; it fails unless every replica heals and ends
+# with equal parameters); bench-torchft is the timed run behind bench/TORCHFT_RESULTS.md,
+# under the shared CPU lock.
+test-torchft: venv $(VENV)/.torchft-installed torchft-short
+	$(PY) -m pytest tests/python/test_torchft.py -q
+
+torchft-short: venv $(VENV)/.torchft-installed
+	$(PY) bench/torchft_recovery.py --short
+
+bench-torchft: venv $(VENV)/.torchft-installed
+	flock /tmp/gocl-cpu.lock $(PY) bench/torchft_recovery.py $(BENCH_TORCHFT_ARGS)
+
+$(VENV)/.torchft-installed: $(VENV)/.gocl-installed
+	$(UV) pip install --python $(PY) -e ".[torchft]"
 	@touch $@
 
 # OpenMPI, the anchor the benchmarks compare against (Debian's packages).
