@@ -340,8 +340,18 @@ func (l *link) recvPart(i int, want *wire.Header, dst []byte) error {
 	}
 	if got.Kind == wire.KindAbort {
 		reason := make([]byte, min(got.Len, wire.MaxAbortReason))
-		io.ReadFull(c, reason)
-		return transport.PeerFailed(l.self, l.peer, string(reason))
+		n, rerr := io.ReadFull(c, reason)
+		if rerr != nil {
+			select {
+			case <-l.closed: // this end failed meanwhile (revoked, aborted): its own cause names the root
+				return transport.Aborted(l.self, l.peer)
+			default:
+			}
+			if n == 0 {
+				return transport.PeerFailed(l.self, l.peer, "it aborted (its reason did not arrive: "+rerr.Error()+")")
+			}
+		}
+		return transport.PeerFailed(l.self, l.peer, string(reason[:n]))
 	}
 	pw := *want
 	pw.Len = uint64(len(dst))
