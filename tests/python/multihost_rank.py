@@ -1,6 +1,7 @@
 """One rank of tests/python/test_multihost.py (run inside a host's namespace).
 
     multihost_rank.py collectives   # checked collectives over numpy, then "OK <rank>"
+    multihost_rank.py every         # every collective and send/recv, checked, at sizes on both sides of the tuner's switches
     multihost_rank.py cut           # all_reduce in a loop ("READY" after the first) until one fails
     multihost_rank.py torch         # the same checks through torch.distributed's "gocl" backend
 """
@@ -60,6 +61,46 @@ def hier_matrix(comm) -> None:
                     assert np.array_equal(got, want), (count, np.dtype(dt).name, op, in_place, got[:8], want[:8])
 
 
+def every() -> None:
+    """Every collective of the numpy API and a send/recv ring, float32 and
+    int64, against numpy, at counts from 1 element to past the tuner's
+    switches from direct to ring/tree/hierarchical (1 MiB and more)."""
+    import gocl
+
+    with gocl.Communicator.from_env() as comm:
+        r, n = comm.rank, comm.world_size
+        for count in (1, 3001, 65_537, 400_003):
+            for dt in (np.float32, np.int64):
+                base = [(np.arange(count) * 3 + 7 * q) % 11 for q in range(n)]
+                mine = base[r].astype(dt)
+                total = sum(base).astype(dt)
+                for op, ref in (("sum", total), ("max", np.maximum.reduce(base).astype(dt))):
+                    got = comm.all_reduce(mine.copy(), op=op)
+                    assert np.array_equal(got, ref), ("all_reduce", op, count, dt)
+                got = comm.reduce(mine.copy(), root=n - 1)
+                if r == n - 1:
+                    assert np.array_equal(got, total), ("reduce", count, dt)
+                b = mine.copy()
+                comm.broadcast(b, root=n // 2)
+                assert np.array_equal(b, base[n // 2].astype(dt)), ("broadcast", count, dt)
+                g = comm.all_gather(mine)
+                assert np.array_equal(g, np.stack(base).astype(dt)), ("all_gather", count, dt)
+                blocks = np.stack([(np.arange(count) + 5 * r + i) % 13 for i in range(n)]).astype(dt)
+                rs = comm.reduce_scatter(blocks.copy())  # rank q's blocks: (arange + 5q + i) % 13, block i
+                want = sum(((np.arange(count) + 5 * q + r) % 13) for q in range(n)).astype(dt)
+                assert np.array_equal(rs, want), ("reduce_scatter", count, dt)
+                a2a = comm.all_to_all(np.stack([np.full(count, 100 * r + j) for j in range(n)]).astype(dt))
+                assert np.array_equal(a2a, np.stack([np.full(count, 100 * i + r) for i in range(n)]).astype(dt)), \
+                    ("all_to_all", count, dt)
+                recv = np.empty(count, dt)
+                with gocl.group():
+                    comm.send(mine, (r + 1) % n)
+                    comm.recv(recv, (r - 1) % n)
+                assert np.array_equal(recv, base[(r - 1) % n].astype(dt)), ("send/recv", count, dt)
+        comm.barrier()
+        print(f"OK {r}", flush=True)
+
+
 def cut() -> None:
     import gocl
 
@@ -97,4 +138,4 @@ def torch_ranks() -> None:
 
 
 if __name__ == "__main__":
-    {"collectives": collectives, "cut": cut, "torch": torch_ranks}[sys.argv[1]]()
+    {"collectives": collectives, "every": every, "cut": cut, "torch": torch_ranks}[sys.argv[1]]()

@@ -1,17 +1,30 @@
-"""Hosts on one machine: network namespaces joined by a veth pair.
+"""Hosts on one machine: network namespaces on a link, shaped or not.
 
 Each ``Host`` is a network namespace with loopback, a decoy interface that
 comes first (``dec0``, an address no other host can reach: a rank that does
 not pick its interface by ``GOCL_SOCKET_IFNAME`` picks it and fails) and
-``gocl0``, its end of the veth link to the other host (10.251.0.<i+1>/24).
-``two_hosts()`` needs root and iproute2; ``unavailable()`` says why not.
-Used by tests/python/test_multihost.py and bench/multihost.py.
+``gocl0``, its end of the link (10.251.0.<i+1>/24):
+
+- 2 hosts: one veth pair between them;
+- more: each host's veth pair ends on a bridge in a namespace of its own
+  (the switch), so the machine's own namespace is left alone.
+
+``rate`` (e.g. ``"1gbit"``) shapes every link to a NIC of that speed in each
+direction: a token bucket (``tc ... tbf``) on each host's egress and, behind
+a bridge, on the switch port's egress towards the host. This makes the link
+the bottleneck, as on a cluster, where an unshaped veth link is only as fast
+as the kernel's copies on the cores the ranks use.
+
+``hosts(n, rate)`` and ``two_hosts()`` need root and iproute2 (``ip``,
+``tc``); ``unavailable()`` says why not. Used by tests/python/test_multihost.py
+and bench/multihost.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -21,30 +34,65 @@ IFNAME = "gocl0"
 SUBNET = "10.251.0"
 
 
-def unavailable() -> str | None:
-    """Why namespaces cannot be made here, or None when they can."""
+def unavailable(shaped: bool = False) -> str | None:
+    """Why namespaces (shaped: and token-bucket shaping) cannot be made
+    here, or None when they can."""
     if not shutil.which("ip"):
         return "no `ip` command (iproute2) to make network namespaces"
+    if shaped and not shutil.which("tc"):
+        return "no `tc` command (iproute2) to shape links"
     if os.geteuid() != 0:
         return "making network namespaces needs root"
     name = f"gocl-probe-{os.getpid()}"
     r = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
     if r.returncode != 0:
         return f"`ip netns add` failed: {r.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    try:
+        if shaped:
+            _ip("-n", name, "link", "add", "p0", "type", "veth", "peer", "name", "p1")
+            r = subprocess.run(["tc", "-n", name, "qdisc", "add", "dev", "p0", "root", "tbf", "rate", "1gbit",
+                                "burst", "128kb", "latency", "50ms"], capture_output=True, text=True)
+            if r.returncode != 0:
+                return f"this kernel cannot shape links with tbf: {r.stderr.strip()}"
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
     return None
 
 
-def _ip(*args: str) -> None:
-    r = subprocess.run(["ip", *args], capture_output=True, text=True)
+def _run(argv: Sequence[str]) -> None:
+    r = subprocess.run(list(argv), capture_output=True, text=True)
     if r.returncode != 0:
-        raise RuntimeError(f"ip {' '.join(args)}: {r.stderr.strip()}")
+        raise RuntimeError(f"{' '.join(argv)}: {r.stderr.strip()}")
+
+
+def _ip(*args: str) -> None:
+    _run(["ip", *args])
+
+
+def rate_bits(rate: str) -> int:
+    """Bits per second of a tc rate such as 1gbit, 500mbit, 2.5gbit."""
+    m = re.fullmatch(r"\s*([\d.]+)\s*([kmg]?)(bit|bps)?\s*", rate.lower())
+    if not m:
+        raise ValueError(f"rate {rate!r}: write it as tc does, e.g. 1gbit, 500mbit")
+    bits = float(m[1]) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m[2]] * (8 if m[3] == "bps" else 1)
+    return int(bits)
+
+
+def _shape(ns: str, dev: str, rate: str) -> None:
+    """A token bucket on dev's egress: rate, a burst of 1 ms at that rate
+    (at least 128 KiB, so the veth's 64 KiB GSO packets pass whole) and a
+    queue of 50 ms."""
+    burst = max(128 << 10, rate_bits(rate) // 8 // 1000)
+    _run(["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
+          "burst", str(burst), "latency", "50ms"])
 
 
 @dataclass
 class Host:
     ns: str
     addr: str  # address on IFNAME
+    port_ns: str = ""  # where the other end of this host's link is (the switch, or the other host)
+    port_dev: str = ""
 
     def cmd(self, argv: Sequence[str]) -> list[str]:
         """argv run inside this host's namespace."""
@@ -54,15 +102,23 @@ class Host:
         """Bring this host's end of the link up or down (down: packets are dropped, no reset)."""
         _ip("-n", self.ns, "link", "set", IFNAME, "up" if up else "down")
 
+    def shaping(self) -> str:
+        """`tc qdisc show` of this host's end of the link."""
+        r = subprocess.run(["tc", "-n", self.ns, "qdisc", "show", "dev", IFNAME], capture_output=True, text=True)
+        return r.stdout.strip()
+
 
 @contextlib.contextmanager
-def two_hosts(tag: str = "") -> Iterator[list[Host]]:
-    """Two namespaces joined by a veth pair; removed on exit."""
+def hosts(n: int = 2, rate: str | None = None, tag: str = "") -> Iterator[list[Host]]:
+    """n namespaces on one link (2: a veth pair; more: a bridge), each
+    direction of each host's link shaped to rate when given; removed on exit."""
+    if not 2 <= n <= 200:
+        raise ValueError(f"hosts: n={n}: make 2 to 200 hosts")
     uniq = f"{os.getpid() % 100000}{tag}"
-    hosts = [Host(f"gocl-h{i}-{uniq}", f"{SUBNET}.{i + 1}") for i in range(2)]
+    hs = [Host(f"gocl-h{i}-{uniq}", f"{SUBNET}.{i + 1}") for i in range(n)]
     made: list[str] = []
     try:
-        for i, h in enumerate(hosts):
+        for i, h in enumerate(hs):
             _ip("netns", "add", h.ns)
             made.append(h.ns)
             _ip("-n", h.ns, "link", "set", "lo", "up")
@@ -71,14 +127,43 @@ def two_hosts(tag: str = "") -> Iterator[list[Host]]:
             _ip("-n", h.ns, "addr", "add", f"10.252.{i}.1/24", "dev", "dec0")
             _ip("-n", h.ns, "link", "set", "dec0", "up")
             _ip("-n", h.ns, "link", "set", "dec1", "up")
-        a, b = f"gva{uniq}"[:15], f"gvb{uniq}"[:15]
-        _ip("link", "add", a, "type", "veth", "peer", "name", b)
-        for h, end in zip(hosts, (a, b)):
+        if n == 2:
+            a, b = f"gva{uniq}"[:15], f"gvb{uniq}"[:15]
+            _ip("link", "add", a, "type", "veth", "peer", "name", b)
+            ends = [(hs[0], a), (hs[1], b)]
+            hs[0].port_ns, hs[0].port_dev = hs[1].ns, IFNAME
+            hs[1].port_ns, hs[1].port_dev = hs[0].ns, IFNAME
+        else:
+            sw = f"gocl-sw-{uniq}"
+            _ip("netns", "add", sw)
+            made.append(sw)
+            _ip("-n", sw, "link", "set", "lo", "up")
+            _ip("-n", sw, "link", "add", "br0", "type", "bridge")
+            _ip("-n", sw, "link", "set", "br0", "up")
+            ends = []
+            for i, h in enumerate(hs):
+                a, port = f"gh{i}{uniq}"[:15], f"p{i}"
+                _ip("link", "add", a, "type", "veth", "peer", "name", port, "netns", sw)
+                _ip("-n", sw, "link", "set", port, "master", "br0")
+                _ip("-n", sw, "link", "set", port, "up")
+                h.port_ns, h.port_dev = sw, port
+                ends.append((h, a))
+        for h, end in ends:
             _ip("link", "set", end, "netns", h.ns)
             _ip("-n", h.ns, "link", "set", end, "name", IFNAME)
             _ip("-n", h.ns, "addr", "add", f"{h.addr}/24", "dev", IFNAME)
             _ip("-n", h.ns, "link", "set", IFNAME, "up")
-        yield hosts
+        if rate:
+            for h in hs:
+                _shape(h.ns, IFNAME, rate)
+                if n > 2:  # the switch's port towards h: what h receives
+                    _shape(h.port_ns, h.port_dev, rate)
+        yield hs
     finally:
-        for ns in made:  # deleting a namespace deletes its interfaces (and the veth peer)
+        for ns in made:  # deleting a namespace deletes its interfaces (and the veth peers)
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def two_hosts(tag: str = "", rate: str | None = None):
+    """Two namespaces joined by a veth pair (shaped to rate when given)."""
+    return hosts(2, rate, tag)

@@ -1,12 +1,15 @@
 """Several hosts on one machine: network namespaces joined by a veth pair
-(tests/python/netns.py), 2 hosts x 2 ranks.
+or a bridge (tests/python/netns.py), 2 hosts x 2 ranks, 3 hosts x 1 rank.
 
 - `gocl run --nnodes 2 --node-rank K --master-addr ...` on each host: TCP
   between hosts, shared memory inside each (the transport per pair, from
   GOCL_DEBUG=INFO), GOCL_SOCKET_IFNAME choosing the interface (each host has
   a decoy interface that comes first).
-- The link cut in the middle of all_reduces (`ip link set gocl0 down`): every
-  rank fails within the timeout, none hangs.
+- Shaped links (a token bucket of 1 Gbit/s each way, as a cluster's NIC):
+  every collective and send/recv right on 2 hosts x 2 ranks and on 3 hosts
+  on a bridge (the speed goals are bench/multihost.py's).
+- The link cut in the middle of all_reduces (`ip link set gocl0 down`),
+  unshaped and shaped: every rank fails within the timeout, none hangs.
 - Long (GOCL_TEST_LONG=1, `make test-reliability`): torchrun's multi-node
   rendezvous with backend "gocl" and NCCL_SOCKET_IFNAME; without an
   interface setting the decoy is chosen and init fails instead of hanging.
@@ -80,6 +83,23 @@ def test_gocl_run_two_nodes():
     assert big and all(c.startswith("hier/") for c in big), outs[0]
 
 
+@pytest.mark.skipif(netns.unavailable(shaped=True) is not None, reason=f"no shaped links: {netns.unavailable(shaped=True)}")
+@pytest.mark.parametrize("nhosts,per_host", [(2, 2), (3, 1)], ids=["2x2", "3x1"])
+def test_every_collective_on_shaped_links(nhosts, per_host):
+    with netns.hosts(nhosts, "1gbit", f"s{nhosts}") as hosts:
+        assert "rate 1Gbit" in hosts[0].shaping()
+        env = _env(GOCL_SOCKET_IFNAME=netns.IFNAME, GOCL_TIMEOUT="60")
+        procs = [subprocess.Popen(
+            h.cmd([str(BIN / "gocl"), "run", "--nnodes", str(nhosts), "--node-rank", str(k), "--master-addr",
+                   hosts[0].addr, "--master-port", str(PORT), "-n", str(per_host), RANK_SCRIPT, "every"]),
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for k, h in enumerate(hosts)]
+        outs = [p.communicate(timeout=240)[0] for p in procs]
+    for k, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, out
+        for r in range(k * per_host, (k + 1) * per_host):
+            assert f"[rank {r}] OK {r}" in out, out
+
+
 def _allreduce_choices(out: str) -> list[tuple[int, str]]:
     """(bytes, choice) rows of the allreduce section of the tuner's table."""
     rows, coll = [], None
@@ -109,11 +129,13 @@ def _start_ranks(hosts, mode: str, **extra: str) -> list[subprocess.Popen]:
 TIMEOUT = 2.0
 
 
-@pytest.fixture(scope="module")
-def cut_results():
+@pytest.fixture(scope="module", params=[None, "1gbit"], ids=["unshaped", "shaped"])
+def cut_results(request):
     """all_reduce in a loop on 2x2 ranks; host 1's link goes down mid-call.
     Returns [(exit code, seconds from the cut to its exit, output)] by rank."""
-    with netns.two_hosts("c") as hosts:
+    if request.param and netns.unavailable(shaped=True):
+        pytest.skip(f"no shaped links: {netns.unavailable(shaped=True)}")
+    with netns.two_hosts("c", rate=request.param) as hosts:
         procs = _start_ranks(hosts, "cut", GOCL_SOCKET_IFNAME=netns.IFNAME, GOCL_TIMEOUT=str(TIMEOUT))
         try:
             for p in procs:
