@@ -21,7 +21,7 @@ PYPERF  := python/gocl/_native/gocl-perf
 PERF_SOURCES := bench/gocl_perf.c bench/perf_common.h tests/c/launch.c tests/c/launch.h capi/gocl.h
 DOCTOR_SOURCES := $(shell find cmd/gocl-doctor doctor -type f 2>/dev/null) go.mod $(wildcard go.sum)
 
-.PHONY: help lib run perf test test-go test-race test-c test-python test-torch27 test-torch-upstream test-torch-upstream-short venv pylib fuzz fuzz-short test-reliability bench bench-jax test-torchft torchft-short bench-torchft mpi clean wheels wheel-tools qemu test-sdist
+.PHONY: help lib run perf test test-go test-race test-c test-python test-torch27 test-torch-upstream test-torch-upstream-short venv pylib fuzz fuzz-short test-reliability bench bench-jax bench-multihost test-torchft torchft-short bench-torchft mpi clean wheels wheel-tools qemu test-sdist
 
 help:
 	@echo "make run    - set up .venv, then the main job: examples/ddp_train.py (DDP) on 4 local ranks over gocl and gloo in turn"
@@ -35,6 +35,7 @@ help:
 	@echo "make bench-jax - gocl.jax vs JAX's gloo psum, mpi4jax (installed here over Debian's Open MPI) and gocl's numpy API, 2 processes"
 	@echo "make fuzz   - run each fuzz target (Go, and from_env's id exchange) for FUZZTIME (default 30s)"
 	@echo "make test-torchft - gocl.torchft's tests and a short torchft run (kill, restart, heal) on gocl, gloo, babygloo; make bench-torchft: the timed run"
+	@echo "make bench-multihost - gocl vs torch gloo vs OpenMPI across hosts on shaped links (network namespaces, tc tbf; root), bench/MULTIHOST.md"
 	@echo "make test-reliability - multi-host over network namespaces (also torchrun), resource hygiene over 100,000 calls (long)"
 	@echo "make wheels - release files in $(DIST)/: the sdist and manylinux_2_17 wheels for x86_64 and aarch64, each checked"
 	@echo "make test-sdist - install the sdist where PATH has no Go and no C compiler (minutes)"
@@ -204,6 +205,18 @@ test-reliability: venv
 # python3 bench/compare.py --help (e.g. --ranks 2,4,8 --rounds 5).
 bench: $(BUILD)/gocl-perf $(VENV)/.plot-installed
 	$(PY) bench/compare.py $(BENCH_ARGS)
+
+# Across hosts whose link is the bottleneck (bench/multihost.py: network
+# namespaces, tc tbf; needs root): gocl beside torch's gloo and OpenMPI, the
+# issue's three configurations at MULTIHOST_RATE, then bench/MULTIHOST.md.
+# One configuration: $(PY) bench/multihost.py --hosts N --ranks-per-host K --rate R.
+MULTIHOST_RATE ?= 1gbit
+MULTIHOST_ARGS ?=
+bench-multihost: venv mpi $(BUILD)/mpi-perf $(VENV)/.plot-installed
+	flock /tmp/gocl-cpu.lock $(PY) bench/multihost.py --hosts 2 --ranks-per-host 1 --rate $(MULTIHOST_RATE) $(MULTIHOST_ARGS)
+	flock /tmp/gocl-cpu.lock $(PY) bench/multihost.py --hosts 2 --ranks-per-host 2 --rate $(MULTIHOST_RATE) $(MULTIHOST_ARGS)
+	flock /tmp/gocl-cpu.lock $(PY) bench/multihost.py --hosts 4 --ranks-per-host 1 --rate $(MULTIHOST_RATE) $(MULTIHOST_ARGS)
+	$(PY) bench/multihost.py --assemble
 
 # matplotlib (the "plot" extra) for bench/busbw.png and `gocl perf --plot`.
 $(VENV)/.plot-installed: $(VENV)/.gocl-installed
