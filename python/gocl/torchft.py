@@ -194,83 +194,48 @@ class ProcessGroupGocl(ProcessGroupWrapper):
     def _wrap(self, work):
         return _Work(self, work) if work is not None else work
 
-    def allreduce(self, tensors, opts):
+    def _call(self, name: str, *args):
+        """The parent's collective name(*args), its Work wrapped; an error it
+        raises is this group's error too (errored())."""
         try:
-            return self._wrap(self.parent.allreduce(tensors, opts))
+            return self._wrap(getattr(self.parent, name)(*args))
         except Exception as exc:
             self._failed(exc)
             raise
+
+    def allreduce(self, tensors, opts):
+        return self._call("allreduce", tensors, opts)
 
     def allreduce_coalesced(self, tensors, opts):
-        try:
-            return self._wrap(self.parent.allreduce_coalesced(tensors, opts))
-        except Exception as exc:
-            self._failed(exc)
-            raise
+        return self._call("allreduce_coalesced", tensors, opts)
 
     def allgather(self, output_tensors, input_tensor, opts):
-        try:
-            return self._wrap(self.parent.allgather(output_tensors, input_tensor, opts))
-        except Exception as exc:
-            self._failed(exc)
-            raise
+        return self._call("allgather", output_tensors, input_tensor, opts)
 
     def allgather_into_tensor_coalesced(self, output_tensors, input_tensors, opts):
-        try:
-            return self._wrap(self.parent.allgather_into_tensor_coalesced(output_tensors, input_tensors, opts))
-        except Exception as exc:
-            self._failed(exc)
-            raise
+        return self._call("allgather_into_tensor_coalesced", output_tensors, input_tensors, opts)
 
     def alltoall_base(self, output_buffer, input_buffer, output_split_sizes, input_split_sizes, opts):
-        try:
-            return self._wrap(self.parent.alltoall_base(output_buffer, input_buffer, list(output_split_sizes or []),
-                                                        list(input_split_sizes or []), opts))
-        except Exception as exc:
-            self._failed(exc)
-            raise
+        return self._call("alltoall_base", output_buffer, input_buffer, list(output_split_sizes or []),
+                          list(input_split_sizes or []), opts)
 
     def barrier(self, opts=None):
-        try:
-            return self._wrap(self.parent.barrier(opts))
-        except Exception as exc:
-            self._failed(exc)
-            raise
+        return self._call("barrier", opts)
 
     def broadcast(self, tensor_list, opts):
-        try:
-            return self._wrap(self.parent.broadcast(tensor_list, opts))
-        except Exception as exc:
-            self._failed(exc)
-            raise
+        return self._call("broadcast", tensor_list, opts)
 
     def recv(self, tensors, src_rank: int, tag: int):
-        try:
-            return self._wrap(self.parent.recv(tensors, src_rank, tag))
-        except Exception as exc:
-            self._failed(exc)
-            raise
+        return self._call("recv", tensors, src_rank, tag)
 
     def reduce_scatter(self, output_tensors, input_tensors, opts):
-        try:
-            return self._wrap(self.parent.reduce_scatter(output_tensors, input_tensors, opts))
-        except Exception as exc:
-            self._failed(exc)
-            raise
+        return self._call("reduce_scatter", output_tensors, input_tensors, opts)
 
     def reduce_scatter_tensor_coalesced(self, output_tensors, input_tensors, opts):
-        try:
-            return self._wrap(self.parent.reduce_scatter_tensor_coalesced(output_tensors, input_tensors, opts))
-        except Exception as exc:
-            self._failed(exc)
-            raise
+        return self._call("reduce_scatter_tensor_coalesced", output_tensors, input_tensors, opts)
 
     def send(self, tensors, dst_rank: int, tag: int):
-        try:
-            return self._wrap(self.parent.send(tensors, dst_rank, tag))
-        except Exception as exc:
-            self._failed(exc)
-            raise
+        return self._call("send", tensors, dst_rank, tag)
 
     def size(self) -> int:
         return self.parent.size()
