@@ -293,20 +293,30 @@ func (l *link) Failure() error {
 func (l *link) readFull(i int, buf []byte, spin bool) error {
 	got := 0
 	var rerr error
+	// attempt reads until buf is full or the socket is empty: the netpoller
+	// is edge-triggered, so waiting after a short read could miss an end
+	// that came with the data (the peer's FIN or reset is no new edge) and
+	// wait out the deadline for bytes that never come.
 	attempt := func(fd uintptr) bool {
-		n, err := syscall.Read(int(fd), buf[got:])
-		switch {
-		case n > 0:
-			got += n
-			return got == len(buf)
-		case err == syscall.EAGAIN || err == syscall.EINTR:
-			return false
-		case err != nil:
-			rerr = err
-		default:
-			rerr = io.EOF
+		for {
+			n, err := syscall.Read(int(fd), buf[got:])
+			switch {
+			case n > 0:
+				if got += n; got == len(buf) {
+					return true
+				}
+				continue
+			case err == syscall.EINTR:
+				continue
+			case err == syscall.EAGAIN:
+				return false
+			case err != nil:
+				rerr = err
+			default:
+				rerr = io.EOF
+			}
+			return true
 		}
-		return true
 	}
 	for got < len(buf) && rerr == nil {
 		err := l.raw[i].Read(func(fd uintptr) bool {

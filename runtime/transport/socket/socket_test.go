@@ -3,10 +3,12 @@ package socket_test
 import (
 	"net"
 	"testing"
+	"time"
 
 	"gocl/runtime/transport"
 	"gocl/runtime/transport/socket"
 	"gocl/runtime/transport/transporttest"
+	"gocl/runtime/wire"
 )
 
 // pair connects two ends over two loopback TCP connections (striping on).
@@ -48,4 +50,35 @@ func TestConformance(t *testing.T) { transporttest.Run(t, pair) }
 // One connection per peer (GOCL_NSOCKS_PERTHREAD=1): no striping.
 func TestConformanceOneConnection(t *testing.T) {
 	transporttest.Run(t, func(t *testing.T) (transport.Link, transport.Link) { return pairOf(t, 1) })
+}
+
+// A peer that sent part of a frame and closed, both before the receive
+// began: the receive fails at once. The netpoller is edge-triggered, and the
+// end came with the data, so a receiver that waited after a short read
+// instead of reading on to EAGAIN waited out its whole deadline.
+func TestPeerClosedMidFrameFailsAtOnce(t *testing.T) {
+	as, bs := dialPairs(t, 1)
+	b := socket.New(bs, 1, 0)
+	defer b.Close()
+	h := wire.Header{Kind: wire.KindColl, Coll: wire.AllReduce, Seq: 3, Count: 1 << 18, Len: 1 << 20}
+	var hb [wire.HeaderSize]byte
+	h.Encode(hb[:])
+	if _, err := (&net.Buffers{hb[:], make([]byte, 1000)}).WriteTo(as[0]); err != nil {
+		t.Fatal(err)
+	}
+	as[0].Close()
+	time.Sleep(50 * time.Millisecond) // data and FIN are both there before the receive
+	b.SetDeadline(time.Now().Add(20 * time.Second))
+	want := wire.Header{Kind: wire.KindColl, Coll: wire.AllReduce, Seq: 3, Count: 1 << 18}
+	start := time.Now()
+	err := b.RecvInto(&want, make([]byte, 1<<20))
+	if err == nil {
+		t.Fatal("a frame cut short was received")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the receive failed only after %v (%v)", d, err)
+	}
+	if e := transport.ErrorOf(err); e == nil || e.Kind != transport.KindPeerClosed {
+		t.Fatalf("want the peer's lost connection, got %v", err)
+	}
 }
