@@ -50,10 +50,12 @@ const (
 	lent
 )
 
-// sendReq is one queued frame.
+// sendReq is one queued frame: whole, or (started) the rest of one that
+// TrySend began on the caller's goroutine.
 type sendReq struct {
 	peer, step int
 	data       []byte
+	started    bool
 }
 
 // prims runs the primitives of one call on one rank.
@@ -292,11 +294,30 @@ func (p *prims) recvCopySend(from, to, step int, dst []byte) error {
 // ---- the sender goroutine
 
 func (p *prims) enqueue(peer, step int, data []byte) {
+	started := false
 	if p.wake == nil {
 		l := p.c.Links[peer]
-		// The kernel must be able to hold everything sent inline to this
-		// peer in this call: the peer may not read until it has sent too.
-		if l.Buffered(p.pending[peer] + len(data)) {
+		// A link that can start a frame without waiting (sockets) takes
+		// what fits at once, and the sender goroutine starts only for the
+		// rest: between two processes its hand-offs cost 0.1-0.3 ms a call
+		// (a 2-rank 64 KiB all-reduce over TCP took 300 µs, 44 µs inline).
+		if ts, ok := l.(transport.TrySender); ok {
+			if p.inlined != nil {
+				return
+			}
+			done, err := ts.TrySend(p.c.hdr(step), data)
+			if err != nil {
+				p.inlined = err
+				p.c.Fail(err) // unblock this rank's receives now
+			}
+			if done || err != nil {
+				return
+			}
+			started = true
+		} else if l.Buffered(p.pending[peer] + len(data)) {
+			// The kernel must be able to hold everything sent inline to
+			// this peer in this call: the peer may not read until it has
+			// sent too.
 			if p.pending == nil {
 				p.pending = map[int]int{}
 			}
@@ -313,7 +334,7 @@ func (p *prims) enqueue(peer, step int, data []byte) {
 		go p.loop()
 	}
 	p.mu.Lock()
-	p.q = append(p.q, sendReq{peer, step, data})
+	p.q = append(p.q, sendReq{peer, step, data, started})
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
@@ -332,8 +353,11 @@ func (p *prims) loop() {
 		closed := p.closed
 		p.mu.Unlock()
 		for _, r := range batch {
-			if err == nil {
+			switch {
+			case err == nil:
 				err = p.sendQueued(r)
+			case r.started: // the link's stream is cut mid-frame: it must close
+				p.c.Links[r.peer].(transport.TrySender).Abandon()
 			}
 		}
 		if len(batch) == 0 {
@@ -355,6 +379,9 @@ func (p *prims) loop() {
 // the loop flushes those links before it does), else with Send.
 func (p *prims) sendQueued(r sendReq) error {
 	l := p.c.Links[r.peer]
+	if r.started {
+		return l.(transport.TrySender).Finish()
+	}
 	if ps, ok := l.(transport.Poster); ok {
 		posted, err := ps.Post(p.c.hdr(r.step), r.data)
 		if posted {

@@ -66,3 +66,22 @@ type Prober interface {
 type Failer interface {
 	Failure() error
 }
+
+// TrySender is a Link that can start a frame without waiting on its peer:
+// TrySend writes what the kernel takes now and returns. A sender may then
+// go on at once (receive, reduce) instead of handing every frame that might
+// not fit the kernel's buffers to a goroutine, whose hand-offs between
+// threads cost more than a 32-64 KiB frame takes to cross a link.
+type TrySender interface {
+	// TrySend writes as much of the frame as goes without waiting: all of
+	// it (done true), or a part, which Finish or Abandon must end before
+	// the link carries anything else. Nothing written is done false too:
+	// Finish then sends the whole frame.
+	TrySend(h *wire.Header, data []byte) (done bool, err error)
+	// Finish writes the rest of the frame TrySend started, waiting as Send
+	// does (up to the deadline); it may run on another goroutine.
+	Finish() error
+	// Abandon gives the started frame up: the link is closed, since its
+	// peer would read a frame cut short.
+	Abandon()
+}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"gocl/runtime/status"
 	"gocl/runtime/transport"
@@ -37,6 +38,7 @@ type link struct {
 	sendHdr    [][wire.HeaderSize]byte // per connection, for the sender
 	scratch    []byte                  // RecvWith's buffer
 	deadline   time.Time
+	started    started // the frame TrySend began and Finish ends
 	closeOnce  sync.Once
 	closed     chan struct{}
 }
@@ -170,6 +172,98 @@ func (l *link) Send(h *wire.Header, data []byte) error {
 	})
 	h.Len = uint64(len(data))
 	return first(err)
+}
+
+// started is a frame TrySend began: its header, its payload, how much of
+// both the kernel took (sent; -1: none, the frame goes whole by Send) and,
+// while sent >= 0, connection 0's write lock held for the rest.
+type started struct {
+	h    wire.Header
+	data []byte
+	sent int
+}
+
+var _ transport.TrySender = (*link)(nil)
+
+// TrySend writes the frame on connection 0 with one non-blocking writev
+// (the fd is non-blocking; the call does not park), so the caller goes on
+// whether the kernel took it all or not. A frame that would be striped is
+// left whole to Finish.
+func (l *link) TrySend(h *wire.Header, data []byte) (bool, error) {
+	h.Len = uint64(len(data))
+	l.started = started{h: *h, data: data, sent: -1}
+	if l.parts(len(data)) > 1 {
+		return false, nil
+	}
+	transport.RaceRelease()
+	l.writeMu[0].Lock()
+	h.Encode(l.sendHdr[0][:])
+	iov := [2]syscall.Iovec{{Base: &l.sendHdr[0][0]}, {}}
+	iov[0].SetLen(wire.HeaderSize)
+	cnt := 1
+	if len(data) > 0 {
+		iov[1].Base, cnt = &data[0], 2
+		iov[1].SetLen(len(data))
+	}
+	var n uintptr
+	var errno syscall.Errno
+	if err := l.raw[0].Write(func(fd uintptr) bool {
+		n, _, errno = syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(cnt))
+		return true
+	}); err != nil {
+		l.writeMu[0].Unlock()
+		return false, l.wrap(err, "sending "+h.Describe())
+	}
+	switch {
+	case errno == syscall.EAGAIN || errno == syscall.EINTR:
+		l.writeMu[0].Unlock()
+		return false, nil
+	case errno != 0:
+		l.writeMu[0].Unlock()
+		return false, l.wrap(errno, "sending "+h.Describe())
+	case int(n) == wire.HeaderSize+len(data):
+		l.writeMu[0].Unlock()
+		return true, nil
+	}
+	l.started.sent = int(n) // the lock stays held: the rest must follow
+	return false, nil
+}
+
+// Finish sends what TrySend left: the whole frame, or its rest on
+// connection 0, whose lock TrySend kept.
+func (l *link) Finish() error {
+	s := l.started
+	l.started = started{}
+	if s.sent < 0 {
+		return l.Send(&s.h, s.data)
+	}
+	defer l.writeMu[0].Unlock()
+	var bufs net.Buffers
+	if s.sent < wire.HeaderSize {
+		bufs = net.Buffers{l.sendHdr[0][s.sent:], s.data}
+	} else {
+		bufs = net.Buffers{s.data[s.sent-wire.HeaderSize:]}
+	}
+	if _, err := bufs.WriteTo(l.conns[0]); err != nil {
+		return l.wrap(err, "sending "+s.h.Describe())
+	}
+	return nil
+}
+
+// Abandon closes the link: a frame cut short would garble the stream. The
+// close resets the connection (linger 0) so that the peer fails at once;
+// a graceful one would first drain what the kernel holds of the frame,
+// and a receiver that has the frame's first bytes would wait for its rest.
+func (l *link) Abandon() {
+	s := l.started
+	l.started = started{}
+	if s.sent >= 0 {
+		if c, ok := l.conns[0].(interface{ SetLinger(int) error }); ok {
+			c.SetLinger(0)
+		}
+		l.writeMu[0].Unlock()
+	}
+	l.Close()
 }
 
 func (l *link) RecvInto(want *wire.Header, dst []byte) error {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -58,6 +59,86 @@ func Run(t *testing.T, pair Pair) {
 	t.Run("Lender", func(t *testing.T) { testLender(t, pair) })
 	t.Run("Prober", func(t *testing.T) { testProber(t, pair) })
 	t.Run("Streamer", func(t *testing.T) { testStreamer(t, pair) })
+	t.Run("TrySender", func(t *testing.T) { testTrySender(t, pair) })
+	t.Run("TrySenderAbandon", func(t *testing.T) { testTrySenderAbandon(t, pair) })
+}
+
+// TrySender: TrySend never waits for the receiver, even for frames far
+// larger than any kernel buffer; Finish (on another goroutine, as the
+// primitives' sender runs it) completes them; every frame arrives whole and
+// in order, among frames sent by plain Send.
+func testTrySender(t *testing.T, pair Pair) {
+	a, b := open(t, pair)
+	ts, ok := a.(transport.TrySender)
+	if !ok {
+		t.Skipf("%s is not a transport.TrySender", a.Name())
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	sizes := append(slices.Clone(Sizes), 16<<20+9)
+	for i, n := range sizes {
+		m := fill(r, n)
+		start := time.Now()
+		done, err := ts.TrySend(hdr(i), m)
+		if err != nil {
+			t.Fatalf("TrySend(%d bytes): %v", n, err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("TrySend(%d bytes) waited %v for a receiver", n, d)
+		}
+		fin := goSend(func() error {
+			if !done {
+				if err := ts.Finish(); err != nil {
+					return err
+				}
+			}
+			return a.Send(hdr(1000+i), m[:min(n, 100)]) // a plain frame behind it
+		})
+		got := make([]byte, n)
+		if err := b.RecvInto(hdr(i), got); err != nil {
+			t.Fatalf("receiving the %d-byte frame TrySend began (done %v): %v", n, done, err)
+		}
+		if !bytes.Equal(got, m) {
+			t.Fatalf("the %d-byte frame TrySend began (done %v) arrived changed", n, done)
+		}
+		tail := make([]byte, min(n, 100))
+		if err := b.RecvInto(hdr(1000+i), tail); err != nil {
+			t.Fatalf("the frame after a %d-byte TrySend: %v", n, err)
+		}
+		if !bytes.Equal(tail, m[:len(tail)]) {
+			t.Fatalf("the frame after a %d-byte TrySend arrived changed", n)
+		}
+		if err := <-fin; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TrySenderAbandon: a frame begun and given up closes the link; the peer's
+// receive fails at once instead of waiting for a rest that never comes.
+func testTrySenderAbandon(t *testing.T, pair Pair) {
+	a, b := open(t, pair)
+	ts, ok := a.(transport.TrySender)
+	if !ok {
+		t.Skipf("%s is not a transport.TrySender", a.Name())
+	}
+	m := make([]byte, 16<<20)
+	done, err := ts.TrySend(hdr(1), m)
+	if err != nil || done {
+		t.Fatalf("TrySend of 16 MiB with no receiver: done %v, %v; want a frame begun", done, err)
+	}
+	ts.Abandon()
+	got := goSend(func() error { return b.RecvInto(hdr(1), make([]byte, len(m))) })
+	select {
+	case err := <-got:
+		if err == nil {
+			t.Fatal("the peer received a frame that was abandoned")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the peer still waits 5 s after the frame was abandoned")
+	}
+	if err := a.Send(hdr(2), []byte{1}); err == nil {
+		t.Fatal("Send on a link whose frame was abandoned succeeded")
+	}
 }
 
 // Streamer: RecvPieces covers every frame with consecutive pieces, in order,
