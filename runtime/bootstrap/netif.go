@@ -3,6 +3,8 @@ package bootstrap
 import (
 	"fmt"
 	"net"
+	"os"
+	"strconv"
 	"strings"
 
 	"gocl/runtime/config"
@@ -125,6 +127,21 @@ func ChooseIface() (Iface, error) {
 		}
 	}
 	return Iface{}, status.Errorf(status.SystemError, "no network interface is up (not even loopback)")
+}
+
+// SpeedMbps is the speed the interface reports in Mbit/s
+// (/sys/class/net/NAME/speed), 0 when it reports none (loopback, virtual
+// and wireless interfaces report -1 or nothing).
+func (i Iface) SpeedMbps() int {
+	b, err := os.ReadFile("/sys/class/net/" + i.Name + "/speed")
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return n
 }
 
 func (i Iface) String() string { return fmt.Sprintf("%s:%s", i.Name, i.IP) }

@@ -35,7 +35,8 @@ type Comm struct {
 	rank, nranks          int
 	localRank, localRanks int
 	node, nnodes          int
-	hosts                 [][]int // ranks of each host (hosts.go); nil when hosts differ in size
+	ifc                   bootstrap.Iface // the interface this rank listens and connects on
+	hosts                 [][]int         // ranks of each host (hosts.go); nil when hosts differ in size
 	device                int
 	peers                 []bootstrap.PeerInfo
 	links                 []transport.Link
@@ -178,6 +179,7 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 		chunk: config.IntOr("BUFFSIZE", 1<<20), timeout: timeout,
 		links: make([]transport.Link, nranks), sendSeq: make([]uint64, nranks), recvSeq: make([]uint64, nranks),
 		redops: map[int32]preMulSum{}, nextOp: 5, ln: ln, secret: id.Secret()}
+	c.ifc = ifc
 	c.prog.waitsOn.Store(-1)
 	c.cond = sync.NewCond(&c.stateMu)
 	c.topology()

@@ -2,9 +2,11 @@ package comm
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"sort"
+	"strconv"
 	"strings"
 
 	"gocl/kernels"
@@ -18,9 +20,9 @@ import (
 
 // tuneRecord is one rank's entry in the init exchange: a hash of the
 // settings that must agree, its channel offer (2 bytes), its host's ranks
-// per core when they outnumber its cores (1 byte, else 0), then its links'
-// transport names. One
-// exchange at init, so the user's calls start at #1.
+// per core when they outnumber its cores (1 byte, else 0), the rate of its
+// link to other hosts in Mbit/s (4 bytes, 0: unknown), then its links'
+// transport names. One exchange at init, so the user's calls start at #1.
 const tuneRecord = 128
 
 // setupTuner builds the communicator's tuner. Every rank must pick the same
@@ -49,7 +51,9 @@ func (c *Comm) setupTuner(s tune.Settings) error {
 		crowd = min(transport.RanksPerCore(), 255)
 		mine[10] = byte(crowd)
 	}
-	copy(mine[11:], strings.Join(sortedKeys(seen), ","))
+	netMbps, netFrom := c.netRate()
+	binary.LittleEndian.PutUint32(mine[11:15], uint32(netMbps))
+	copy(mine[15:], strings.Join(sortedKeys(seen), ","))
 	if c.nranks > 1 {
 		all := make([]byte, tuneRecord*c.nranks)
 		if err := c.allGather(mine, all, tuneRecord, kernels.Uint8); err != nil {
@@ -64,7 +68,10 @@ func (c *Comm) setupTuner(s tune.Settings) error {
 			}
 			have, lo = min(have, int(rec[8])), min(lo, int(rec[9]))
 			crowd = max(crowd, int(rec[10]))
-			for _, t := range strings.Split(string(bytes.TrimRight(rec[11:], "\x00")), ",") {
+			if v := int(binary.LittleEndian.Uint32(rec[11:15])); v > 0 && (netMbps == 0 || v < netMbps) {
+				netMbps, netFrom = v, "the slowest rate of the ranks"
+			}
+			for _, t := range strings.Split(string(bytes.TrimRight(rec[15:], "\x00")), ",") {
 				if t != "" {
 					seen[t] = true
 				}
@@ -72,10 +79,21 @@ func (c *Comm) setupTuner(s tune.Settings) error {
 		}
 	}
 	c.useChannels(have, lo)
+	net := tune.Net{}
+	if c.nnodes > 1 && netMbps > 0 { // sockets inside a host do not cross the NIC
+		net = tune.Net{GBs: float64(netMbps) / 8000, From: netFrom}
+	}
 	if seen["socket"] && !chunkSet { // every rank saw the same transports
-		c.chunk = max(c.chunk, socket.Chunk)
+		if net.GBs > 0 {
+			c.chunk = socket.ChunkFor(net.GBs)
+		} else {
+			c.chunk = max(c.chunk, socket.Chunk)
+		}
 	}
 	c.plan = tune.NewPlan(s, c.nranks, sortedKeys(seen), c.chunk, crowd)
+	if net.GBs > 0 {
+		c.plan.SetNet(net)
+	}
 	c.tuneHosts()
 	if c.rank == 0 && debuglog.Enabled(debuglog.Info, debuglog.Tuning) {
 		for _, line := range c.plan.Table() {
@@ -83,6 +101,21 @@ func (c *Comm) setupTuner(s tune.Settings) error {
 		}
 	}
 	return nil
+}
+
+// netRate is this rank's link to other hosts in Mbit/s, and where the
+// figure comes from: GOCL_NET_GBPS, else the speed its interface reports
+// (0: unknown).
+func (c *Comm) netRate() (int, string) {
+	if v := strings.TrimSpace(config.String("NET_GBPS")); v != "" {
+		if f, err := strconv.ParseFloat(v, 64); err == nil && f > 0 {
+			return max(1, int(f*1000)), "GOCL_NET_GBPS"
+		}
+	}
+	if m := c.ifc.SpeedMbps(); m > 0 {
+		return m, c.ifc.Name + "'s speed"
+	}
+	return 0, ""
 }
 
 func sortedKeys(m map[string]bool) []string {

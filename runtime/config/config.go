@@ -46,6 +46,7 @@ var table = []Var{
 	{"SOCKET_FAMILY", "", ReadInit, "AF_INET or AF_INET6 to force an address family"},
 	{"SOCKET_NTHREADS", "1", ReadInit, "with NSOCKS_PERTHREAD: sockets per peer = NTHREADS × NSOCKS_PERTHREAD (at most 64), as in NCCL"},
 	{"NSOCKS_PERTHREAD", "2", ReadInit, "sockets per thread; a message of 256 KiB or more is striped over all sockets of a peer"},
+	{"NET_GBPS", "", ReadInit, "the link between hosts in Gbit/s (1, 10, 25...), as the tuner models socket links; unset: the slowest speed the ranks' interfaces report (/sys/class/net/IF/speed), and costs.txt's socket bandwidth where none does"},
 	{"P2P_DISABLE", "0", ReadInit, "1: ranks of one process talk over shared memory (or sockets, with SHM_DISABLE) instead of reading each other's memory"},
 	{"SHM_DISABLE", "0", ReadInit, "1: ranks of one host talk over TCP sockets instead of shared memory (both ends publish it at init, so one rank setting it is enough for its pairs)"},
 	{"SHM_CMA", "0", ReadInit, "1: frames of 128 KiB or more between processes of one host are read straight from the sender's memory with process_vm_readv (one copy instead of two through the shared-memory FIFO; used where both ends set it and the kernel permits it). Off by default: each such frame is a rendezvous, and on the 2-core benchmark host that made allreduce 2-4x slower"},
@@ -191,6 +192,11 @@ func Check() error {
 		}
 		if n < 0 || (name != "DIRECT_THRESHOLD" && n == 0) {
 			return fmt.Errorf("GOCL_%s=%d is out of range", name, n)
+		}
+	}
+	if s := strings.TrimSpace(lookup("NET_GBPS")); s != "" {
+		if f, err := strconv.ParseFloat(s, 64); err != nil || !(f > 0 && f < 1e6) {
+			return fmt.Errorf("GOCL_NET_GBPS=%q is not a link rate in Gbit/s (a number above 0, e.g. 1, 10, 25)", s)
 		}
 	}
 	if s := strings.TrimSpace(lookup("TIMEOUT")); s != "" {

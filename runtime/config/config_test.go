@@ -45,7 +45,7 @@ func TestNoFallbackToGoclsOwnNCCLVariables(t *testing.T) {
 }
 
 func TestCheckNamesTheVariable(t *testing.T) {
-	for k, v := range map[string]string{"GOCL_BUFFSIZE": "big", "GOCL_TIMEOUT": "soon"} {
+	for k, v := range map[string]string{"GOCL_BUFFSIZE": "big", "GOCL_TIMEOUT": "soon", "GOCL_NET_GBPS": "-1"} {
 		t.Run(k, func(t *testing.T) {
 			t.Setenv(k, v)
 			err := Check()

@@ -73,7 +73,7 @@ var ReduceGBs = 8.0
 // (the largest latency and the smallest bandwidth), since every algorithm
 // waits for its slowest link. A protocol is offered only when every
 // transport has it.
-func linkCosts(transports []string) [numProtos]Cost {
+func (p *Plan) linkCosts(transports []string) [numProtos]Cost {
 	var out [numProtos]Cost
 	if len(transports) == 0 {
 		transports = []string{"inproc"}
@@ -84,6 +84,9 @@ func linkCosts(transports []string) [numProtos]Cost {
 			if !ok {
 				out[pr] = Cost{}
 				break
+			}
+			if t == "socket" {
+				c = p.socketCost(c)
 			}
 			if i == 0 {
 				out[pr] = c

@@ -41,7 +41,7 @@ func (p *Plan) intraCosts(pr Proto) Cost {
 	if len(inside) == 0 {
 		return p.costs[pr]
 	}
-	c := linkCosts(inside)[pr]
+	c := p.linkCosts(inside)[pr]
 	if c.Beta == 0 {
 		return p.costs[pr]
 	}

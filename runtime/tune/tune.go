@@ -88,6 +88,7 @@ type Plan struct {
 
 	transports []string
 	hosts      hosts // set by SetHosts (hier.go)
+	net        Net   // set by SetNet (net.go)
 }
 
 // sizes of the precomputed table: 1 B, 2 B, 4 B, ..., 2^numSizes-1 B; larger
@@ -103,7 +104,7 @@ const numColls = int(wire.SendRecv) + 1
 // must pass the same value).
 func NewPlan(s Settings, n int, transports []string, chunk int, crowd int) *Plan {
 	p := &Plan{Settings: s, n: n, chunk: max(chunk, 1), crowd: crowd, transports: transports}
-	p.costs = linkCosts(transports)
+	p.costs = p.linkCosts(transports)
 	p.decideAll()
 	return p
 }
@@ -290,8 +291,12 @@ func (p *Plan) Table() []string {
 	if p.crowd > 1 {
 		crowd = fmt.Sprintf(", %d ranks per core (+%d µs per dependent step, bytes at 1/%d the speed)", p.crowd, WakeUs, p.crowd)
 	}
-	lines = append(lines, fmt.Sprintf("tuner: %d ranks%s, links %s (runtime/tune/costs.txt)%s, chunk %d B, direct up to %d B; %s",
-		p.n, p.hosts, p.describeCosts(), crowd, p.chunk, p.DirectMax, p.Settings))
+	net := ""
+	if p.net.GBs > 0 {
+		net = ", link between hosts " + p.net.String()
+	}
+	lines = append(lines, fmt.Sprintf("tuner: %d ranks%s, links %s (runtime/tune/costs.txt%s)%s, chunk %d B, direct up to %d B; %s",
+		p.n, p.hosts, p.describeCosts(), net, crowd, p.chunk, p.DirectMax, p.Settings))
 	for coll := wire.AllReduce; coll < wire.SendRecv; coll++ {
 		cands := candidates(coll)
 		if len(cands) == 1 {

@@ -25,7 +25,7 @@ func collByNameT(t *testing.T, s string) wire.Coll {
 
 // TestPickScript runs testdata/pick.txt:
 //
-//	plan n=4 links=inproc[,socket] [algo=...] [proto=...] [direct=B] [chunk=B]
+//	plan n=4 links=inproc[,socket] [algo=...] [proto=...] [direct=B] [chunk=B] [net=Gbit/s] [hosts=HxL]
 //	<collective> <bytes> <algo>/<proto>
 func TestPickScript(t *testing.T) {
 	f, err := os.Open("testdata/pick.txt")
@@ -65,6 +65,7 @@ func scriptPlan(t *testing.T, line int, args []string) *Plan {
 	algo, proto, direct := "", "", 32768
 	crowd := 1
 	nhosts, perHost := 0, 0
+	net := 0.0
 	for _, a := range args {
 		k, v, _ := strings.Cut(a, "=")
 		var err error
@@ -83,6 +84,8 @@ func scriptPlan(t *testing.T, line int, args []string) *Plan {
 			chunk, err = strconv.Atoi(v)
 		case "crowd":
 			crowd, err = strconv.Atoi(v)
+		case "net": // net=G: the link between hosts, Gbit/s
+			net, err = strconv.ParseFloat(v, 64)
 		case "hosts": // hosts=HxL: H hosts of L ranks (L=0: unequal)
 			_, err = fmt.Sscanf(v, "%dx%d", &nhosts, &perHost)
 		default:
@@ -102,6 +105,9 @@ func scriptPlan(t *testing.T, line int, args []string) *Plan {
 	}
 	s.DirectMax = direct
 	p := NewPlan(s, n, links, chunk, crowd)
+	if net > 0 {
+		p.SetNet(Net{GBs: net / 8, From: "pick.txt"})
+	}
 	if nhosts > 0 {
 		p.SetHosts(nhosts, perHost)
 	}

@@ -25,6 +25,22 @@ import (
 // between two network namespaces (bench/MULTIHOST.md).
 const Chunk = 4 << 20
 
+// ChunkFor is the chunk for a link between hosts of gbs GB/s (GOCL_NET_GBPS,
+// or the NICs' speed): what the link carries in about 2 ms, a power of two
+// from 256 KiB up to Chunk. On a slow link a whole 4 MiB chunk is tens of
+// ms of store-and-forward per ring step; smaller ones keep every link of
+// the ring busy. 4 hosts on 1 Gbit/s links (bench/multihost.py, gocl
+// alone, 256 KiB-16 MiB): 256 KiB chunks ran all-reduce at 0.95-0.98 of
+// the link and all-gather at 0.97-1.00; 1 MiB at 0.82-0.95 and 0.71-0.98;
+// 4 MiB at 0.51-0.96 and 0.54-0.95.
+func ChunkFor(gbs float64) int {
+	c := 256 << 10
+	for c < Chunk && float64(2*c) <= gbs*1e9*2e-3 {
+		c *= 2
+	}
+	return c
+}
+
 // StripeMin is the smallest payload split over several connections; below it
 // the extra frames and goroutines cost more than they gain.
 const StripeMin = 256 << 10

@@ -82,3 +82,14 @@ func TestPeerClosedMidFrameFailsAtOnce(t *testing.T) {
 		t.Fatalf("want the peer's lost connection, got %v", err)
 	}
 }
+
+func TestChunkFor(t *testing.T) {
+	for _, tc := range []struct {
+		gbit float64
+		want int
+	}{{0.1, 256 << 10}, {1, 256 << 10}, {2, 256 << 10}, {4, 512 << 10}, {10, 2 << 20}, {25, socket.Chunk}, {100, socket.Chunk}} {
+		if got := socket.ChunkFor(tc.gbit / 8); got != tc.want {
+			t.Errorf("ChunkFor(%g Gbit/s) = %d, want %d", tc.gbit, got, tc.want)
+		}
+	}
+}
