@@ -16,7 +16,8 @@ not), as real hosts have. Each round, in turn:
 - for each collective, each library in turn, one sweep of sizes (--sizes,
   nccl-tests' sizes: the larger buffer of a rank), float32, sum:
   gocl: `gocl run --nnodes N` on each host running `gocl perf COLL`
-  (GOCL_SOCKET_IFNAME=gocl0); gloo: torchrun --nnodes N on each host
+  (GOCL_SOCKET_IFNAME=gocl0; GOCL_NET_GBPS=the rate, which a real NIC of
+  that speed reports by itself and a shaped veth does not); gloo: torchrun --nnodes N on each host
   running this file's gloo worker (GLOO_SOCKET_IFNAME=gocl0), timed as
   gocl perf times (a loop of back-to-back calls, the mean over ranks);
   mpi: Debian's OpenMPI `mpirun` from host 0, its daemons started in the
@@ -46,11 +47,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "python"))
-import netns  # noqa: E402
+from gocl import netns
 
-CHUNK = 4 << 20
+REPO = Path(__file__).resolve().parents[1]
 PORT = 29470
 COLLS = ("all_reduce", "all_gather", "reduce_scatter")
 LIBS = ("gocl", "gloo", "mpi")
@@ -58,35 +57,6 @@ BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) 
        "reduce_scatter": lambda n: (n - 1) / n}
 LOOP_BYTES = 256 << 20  # perf_common.h's PERF_LOOP_BYTES: the gloo worker follows the same policy
 
-# The receiver counts the bytes that arrive inside one wall-clock window
-# [start, stop), the same for every stream of a run, so "both ways at once"
-# measures two streams that really overlap.
-RECEIVER = """
-import socket, sys, time
-srv = socket.create_server((sys.argv[1], int(sys.argv[2])))
-start, stop = float(sys.argv[3]), float(sys.argv[4])
-print("listening", flush=True)
-c, _ = srv.accept()
-buf = bytearray({chunk}); view = memoryview(buf); total = 0
-while True:
-    k = c.recv_into(view)
-    if not k:
-        break
-    if start <= time.time() < stop:
-        total += k
-print(total / (stop - start), flush=True)
-""".format(chunk=CHUNK)
-
-SENDER = """
-import socket, sys, time
-c = socket.create_connection((sys.argv[1], int(sys.argv[2])))
-data = bytes({chunk}); end = float(sys.argv[3])
-while time.time() < end:
-    c.sendall(data)
-c.close()
-""".format(chunk=CHUNK)
-
-LEAD = 0.5  # s from launching the streams to the window: every sender is streaming by then
 
 
 def parse_bytes(s: str) -> int:
@@ -103,22 +73,7 @@ def human(n: int) -> str:
 
 
 def raw(hosts, seconds: float, both: bool) -> float:
-    """Bytes/s of one stream host 0 -> host 1 (both: per direction, the mean
-    of two streams, one each way, over the same window)."""
-    pairs = [(hosts[0], hosts[1], PORT)] + ([(hosts[1], hosts[0], PORT + 1)] if both else [])
-    start = time.time() + LEAD + 0.2 * len(pairs)  # after every process has started, even on a loaded host
-    stop = start + seconds
-    rxs, txs = [], []
-    for src, dst, port in pairs:
-        rx = subprocess.Popen(dst.cmd([sys.executable, "-c", RECEIVER, dst.addr, str(port), str(start), str(stop)]),
-                              stdout=subprocess.PIPE, text=True)
-        assert rx.stdout.readline().strip() == "listening"
-        txs.append(subprocess.Popen(src.cmd([sys.executable, "-c", SENDER, dst.addr, str(port), str(stop + 0.1)])))
-        rxs.append(rx)
-    rate = sum(float(rx.communicate(timeout=seconds + 60)[0]) for rx in rxs)
-    for tx in txs:
-        tx.wait(timeout=60)
-    return rate / len(pairs)
+    return netns.link_rate(hosts, seconds, both, PORT)
 
 
 # ------------------------------------------------------------------ runners
@@ -169,6 +124,8 @@ def _wait_all(procs, what: str, timeout: float) -> str:
 def run_gocl(hosts, per_host, coll, sizes, a, port, settings=None) -> dict[int, float]:
     out = Path(tempfile.mkdtemp(prefix="mh-gocl-")) / "perf.json"
     env = _clean_env(GOCL_SOCKET_IFNAME=netns.IFNAME, GOCL_TIMEOUT="120", **(settings or {}))
+    if a.rate != "none" and "GOCL_NET_GBPS" not in (settings or {}):  # as a NIC of that speed reports it
+        env["GOCL_NET_GBPS"] = f"{netns.rate_bits(a.rate) / 1e9:g}"
     gocl = str(Path(sys.executable).parent / "gocl")
     perf = os.environ.get("GOCL_PERF_CMD", gocl + " perf").split()
     procs = [subprocess.Popen(h.cmd([gocl, "run", "--nnodes", str(len(hosts)), "--node-rank", str(k), "--master-addr",

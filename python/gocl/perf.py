@@ -10,6 +10,8 @@ runs it as a child instead, then draws busbw against size with matplotlib.
   WORLD_SIZE, MASTER_ADDR, MASTER_PORT); rank 0 prints.
 * ``--json`` prints the run as JSON instead of the table; ``--json=FILE``
   writes it to FILE as well.
+* ``--hosts N [--ranks-per-host K] [--rate 1gbit]``: across N hosts made on
+  this machine (network namespaces on shaped links; root): gocl.perf_hosts.
 * ``--plot FILE.png [RESULTS.json ...]``: busbw against size for this run and
   for every results file given (a ``--json`` output, a list of them, or
   ``{"runs": [...]}`` as bench/compare.py writes); without a collective only
@@ -108,25 +110,30 @@ def _matplotlib():
     return plt
 
 
-def plot(runs: Sequence[dict[str, Any]], out: str | os.PathLike, title: str | None = None) -> Path:
+def plot(runs: Sequence[dict[str, Any]], out: str | os.PathLike, title: str | None = None,
+         per_link: float | None = None) -> Path:
     """Draws out-of-place busbw (solid) and in-place busbw (dotted, where
-    measured) against size for each run, on one log-log axes; writes out."""
+    measured) against size for each run, on one log-log axes; writes out.
+    per_link (GB/s): busbw / that link's rate instead, 1.0 being the link."""
     plt = _matplotlib()
     fig, ax = plt.subplots(figsize=(9, 5.5))
+    k = 1 / per_link if per_link else 1.0
     for run in runs:
         rows = [r for r in run["rows"] if r.get("out_of_place")]
         if not rows:
             continue
-        line, = ax.plot([r["size"] for r in rows], [r["out_of_place"]["busbw"] for r in rows], marker="o",
+        line, = ax.plot([r["size"] for r in rows], [k * r["out_of_place"]["busbw"] for r in rows], marker="o",
                         markersize=3, label=_label(run))
         ip = [r for r in rows if r.get("in_place")]
         if ip:
-            ax.plot([r["size"] for r in ip], [r["in_place"]["busbw"] for r in ip], linestyle=":",
+            ax.plot([r["size"] for r in ip], [k * r["in_place"]["busbw"] for r in ip], linestyle=":",
                     color=line.get_color(), label=f"{_label(run)} (in place)")
+    if per_link:
+        ax.axhline(1.0, color="gray", linewidth=0.8, linestyle="--", label=f"the link ({per_link:.3g} GB/s)")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("size (bytes)")
-    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_ylabel("busbw / link" if per_link else "bus bandwidth (GB/s)")
     ax.set_title(title or "busbw against size (nccl-tests' definition)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small")
@@ -164,6 +171,10 @@ def _split(args: list[str]) -> tuple[list[str], str | None, list[str]]:
 def main(argv: Sequence[str] | None = None) -> int:
     """``gocl perf COLLECTIVE [options]``; returns the exit status (or execs)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if any(a == "--hosts" or a.startswith("--hosts=") for a in args):
+        from .perf_hosts import main as hosts_main
+
+        return hosts_main(args)
     try:
         rest, target, files = _split(args)
         if files and target is None:
@@ -181,7 +192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "-h" in rest or "--help" in rest:
         rc = subprocess.run([str(exe), "-h"], env=env, check=False).returncode
         print("gocl perf also takes --plot FILE.png [RESULTS.json ...]: busbw against size for this run and the "
-              f"results files given (matplotlib: {PLOT_INSTALL})")
+              f"results files given (matplotlib: {PLOT_INSTALL}); and --hosts N [--ranks-per-host K] "
+              "[--rate 1gbit] [--share-cpus]: the run across N hosts made on this machine, network namespaces "
+              "on links shaped to the rate (needs root and iproute2)")
         return rc
     if target is None:
         os.execve(exe, [str(exe), *rest], env)

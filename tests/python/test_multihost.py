@@ -19,6 +19,7 @@ Skipped, with the reason, where namespaces cannot be made (not root, no ip).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -28,11 +29,10 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import netns  # noqa: E402
+from gocl import netns
+from gocl.launcher import rank_env
 
-from gocl.launcher import rank_env  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 _why = netns.unavailable()
 pytestmark = pytest.mark.skipif(_why is not None, reason=f"no network namespaces: {_why}")
@@ -154,6 +154,44 @@ def cut_results(request):
                     p.kill()
                     p.wait()
     return results
+
+
+@pytest.mark.skipif(netns.unavailable(shaped=True) is not None, reason=f"no shaped links: {netns.unavailable(shaped=True)}")
+def test_gocl_perf_across_shaped_hosts(tmp_path):
+    """gocl perf --hosts: the hosts, their link measured, the run's results
+    checked by gocl-perf itself (#wrong), its JSON with the link's figures,
+    busbw / link printed and drawn; and the tuner told the link's rate."""
+    out, plot = tmp_path / "run.json", tmp_path / "run.png"
+    args = [str(BIN / "gocl"), "perf", "--hosts", "2", "--rate", "1gbit", "all_reduce", "-b", "64K", "-e", "1M",
+            "-f", "4", "-n", "20", "-w", "2", f"--json={out}"]
+    try:
+        import matplotlib  # noqa: F401
+        args += ["--plot", str(plot)]
+    except ImportError:
+        plot = None
+    r = subprocess.run(args, env=_env(GOCL_DEBUG="INFO", GOCL_DEBUG_SUBSYS="TUNING"), capture_output=True,
+                       text=True, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "one TCP stream carries" in r.stdout and "each host on CPUs" in r.stdout, r.stdout
+    assert "# busbw / link (out of place): 64 KiB " in r.stdout, r.stdout
+    assert "link between hosts 1 Gbit/s (GOCL_NET_GBPS)" in r.stdout + r.stderr, r.stdout + r.stderr
+    run = json.loads(out.read_text())
+    assert run["nranks"] == 2 and [row["size"] for row in run["rows"]] == [65536, 262144, 1048576]
+    assert all(row["out_of_place"]["wrong"] == 0 for row in run["rows"])
+    assert run["link"]["rate"] == "1gbit" and run["link"]["hosts"] == 2 and run["link"]["ranks_per_host"] == 1
+    assert 0.08 < run["link"]["one_stream_GBps"] < 0.13, run["link"]  # 1 Gbit/s is 0.125 GB/s less TCP's headers
+    if plot:
+        assert plot.stat().st_size > 1000
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--hosts", "1", "all_reduce"], "--hosts 1: give 2 or more hosts"),
+    (["--hosts", "2", "--rate", "fast", "all_reduce"], "--rate: rate 'fast'"),
+    (["--hosts", "2"], "name the collective"),
+])
+def test_gocl_perf_hosts_bad_input(args, message):
+    r = subprocess.run([str(BIN / "gocl"), "perf", *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
 
 
 def test_link_cut_fails_every_rank(cut_results):

@@ -16,8 +16,9 @@ the bottleneck, as on a cluster, where an unshaped veth link is only as fast
 as the kernel's copies on the cores the ranks use.
 
 ``hosts(n, rate)`` and ``two_hosts()`` need root and iproute2 (``ip``,
-``tc``); ``unavailable()`` says why not. Used by tests/python/test_multihost.py
-and bench/multihost.py.
+``tc``); ``unavailable()`` says why not. ``link_rate()`` measures what a
+link carries (one TCP stream, or one each way). Used by ``gocl perf
+--hosts``, tests/python/test_multihost.py and bench/multihost.py.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import time
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
@@ -185,3 +188,56 @@ def hosts(n: int = 2, rate: str | None = None, tag: str = "", own_cpus: bool = F
 def two_hosts(tag: str = "", rate: str | None = None):
     """Two namespaces joined by a veth pair (shaped to rate when given)."""
     return hosts(2, rate, tag)
+
+
+# link_rate's streams: the receiver counts the bytes that arrive inside one
+# wall-clock window [start, stop), the same for every stream of a run, so
+# "both ways at once" measures two streams that really overlap.
+_CHUNK = 4 << 20
+_RECEIVER = """
+import socket, sys, time
+srv = socket.create_server((sys.argv[1], int(sys.argv[2])))
+start, stop = float(sys.argv[3]), float(sys.argv[4])
+print("listening", flush=True)
+c, _ = srv.accept()
+buf = bytearray({chunk}); view = memoryview(buf); total = 0
+while True:
+    k = c.recv_into(view)
+    if not k:
+        break
+    if start <= time.time() < stop:
+        total += k
+print(total / (stop - start), flush=True)
+""".format(chunk=_CHUNK)
+
+_SENDER = """
+import socket, sys, time
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+data = bytes({chunk}); end = float(sys.argv[3])
+while time.time() < end:
+    c.sendall(data)
+c.close()
+""".format(chunk=_CHUNK)
+
+_LEAD = 0.5  # s from launching the streams to the window: every sender is streaming by then
+
+
+def link_rate(hs: Sequence[Host], seconds: float = 2.0, both: bool = False, port: int = 29470) -> float:
+    """Bytes/s of one TCP stream host 0 -> host 1 (plain sockets, 4 MiB
+    writes, as iperf3 measures); both: per direction, the mean of two
+    streams, one each way, over the same window."""
+    pairs = [(hs[0], hs[1], port)] + ([(hs[1], hs[0], port + 1)] if both else [])
+    start = time.time() + _LEAD + 0.2 * len(pairs)  # after every process has started, even on a loaded host
+    stop = start + seconds
+    rxs, txs = [], []
+    for src, dst, p in pairs:
+        rx = subprocess.Popen(dst.cmd([sys.executable, "-c", _RECEIVER, dst.addr, str(p), str(start), str(stop)]),
+                              stdout=subprocess.PIPE, text=True)
+        if rx.stdout.readline().strip() != "listening":
+            raise RuntimeError(f"link_rate: the receiver in {dst.ns} did not start")
+        txs.append(subprocess.Popen(src.cmd([sys.executable, "-c", _SENDER, dst.addr, str(p), str(stop + 0.1)])))
+        rxs.append(rx)
+    rate = sum(float(rx.communicate(timeout=seconds + 60)[0]) for rx in rxs)
+    for tx in txs:
+        tx.wait(timeout=60)
+    return rate / len(pairs)
