@@ -155,7 +155,7 @@ test-c: $(BUILD)/gocl_test $(BUILD)/fork_test $(BUILD)/slack_test $(BUILD)/env_t
 	for n in 1 2 3 4 5; do $(BUILD)/gocl_test -n $$n || exit 1; done
 	$(BUILD)/gocl_test -n 3 --kill-rank 1
 
-test-python: venv $(VENV)/.torchft-installed $(FAKE_NVML) wheel-tools qemu
+test-python: venv $(VENV)/.torchft-installed $(FAKE_NVML) wheel-tools qemu mpi
 	$(PY) -m pytest tests/python -q
 
 # The torch backend on the oldest torch our users report (2.7.1: the

@@ -32,6 +32,7 @@ import threading
 import time
 
 from . import _core, _lib
+from . import world as world_mod
 from .errors import GoclTimeoutError, InvalidArgumentError, InvalidUsageError
 
 # ------------------------------------------------------------ settings
@@ -58,20 +59,6 @@ def seconds(timeout) -> float:
 
 def _delta(s: float) -> datetime.timedelta:
     return datetime.timedelta(days=365) if math.isinf(s) else datetime.timedelta(seconds=s)
-
-
-def _env_int(name: str, default: int | None = None) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        if default is not None:
-            return default
-        raise InvalidArgumentError(
-            f"Communicator.from_env: ${name} is not set (set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, "
-            "as torchrun and `gocl run` do)")
-    try:
-        return int(raw)
-    except ValueError:
-        raise InvalidArgumentError(f"Communicator.from_env: ${name}={raw!r} is not an integer") from None
 
 
 # ------------------------------------------------------------ the store carrier
@@ -216,25 +203,27 @@ def fetch(addr: str, port: int, rank: int, world: int, gen: int, deadline: float
 
 
 def from_env(timeout=None) -> tuple[bytes, int, int]:
-    """The unique id, rank and world size of the torchrun-style environment
-    (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT or GOCL_MASTER_PORT; see
-    Communicator.from_env): through torchrun's agent store when it owns
-    MASTER_PORT, else over TCP."""
-    rank = _env_int("RANK")
-    world = _env_int("WORLD_SIZE")
-    if world < 1 or not 0 <= rank < world:
+    """The unique id, rank and world size of the launcher's world
+    (gocl.world: torchrun or `gocl run`, mpirun, srun, a Kubernetes Indexed
+    Job; see Communicator.from_env): through torchrun's agent store when it
+    owns MASTER_PORT, else over TCP on rank 0's address and port."""
+    w = world_mod.read(who="Communicator.from_env")
+    if w is None:
         raise InvalidArgumentError(
-            f"Communicator.from_env: RANK={rank} is not in [0, WORLD_SIZE={world})")
+            f"Communicator.from_env: $RANK is not set, nor any launcher's rank: start the ranks with "
+            f"{world_mod.LAUNCHERS}, or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT")
+    rank, world = w.rank, w.size
     limit = seconds(timeout)
     gen = next_generation()
     if world == 1:
         return _core.unique_id(), 0, 1
-    addr = os.environ.get("MASTER_ADDR")
+    addr = w.addr
     if not addr:
         raise InvalidArgumentError(
-            f"Communicator.from_env on rank {rank}: $MASTER_ADDR is not set (the host of rank 0)")
+            f"Communicator.from_env on rank {rank}: $MASTER_ADDR is not set (the host of rank 0), and "
+            f"{w.source} does not say where rank 0 runs")
+    port = w.port
     gocl_port = os.environ.get("GOCL_MASTER_PORT")
-    port = _env_int("GOCL_MASTER_PORT") if gocl_port else _env_int("MASTER_PORT")
     if not gocl_port and os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true":
         import torch.distributed as dist
 

@@ -18,6 +18,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not cmd:
         print("gocl run: no command given: gocl run -n N [--] cmd ...", file=sys.stderr)
         return 2
+    from . import world
+    from .errors import InvalidArgumentError
+
+    try:
+        w = world.read(who="gocl run")
+    except InvalidArgumentError as e:
+        print(e, file=sys.stderr)
+        return 2
+    if args.nproc is None and w is not None and w.source != "RANK/WORLD_SIZE":
+        return _run_as_task(cmd, args, w)  # -n given: the user's ranks, even inside an allocation
+    if args.nproc is None:
+        print("gocl run: -n N is required (ranks per node), unless srun, mpirun or a Kubernetes Indexed Job "
+              "started this process as one of its tasks", file=sys.stderr)
+        return 2
     if args.nproc < 1:
         print(f"gocl run: -n must be at least 1, got {args.nproc}", file=sys.stderr)
         return 2
@@ -34,6 +48,35 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 2
     return launch(cmd, args.nproc, master_addr=args.master_addr or "127.0.0.1", master_port=args.master_port,
                   prefix=not args.no_prefix, grace=args.grace, nnodes=args.nnodes, node_rank=args.node_rank)
+
+
+def _run_as_task(cmd: list[str], args: argparse.Namespace, w) -> int:
+    """Under srun, mpirun or an Indexed Job each task is a rank: exec cmd as
+    that rank with torchrun's variables, instead of starting ranks of its own."""
+    import os
+
+    if args.nnodes != 1:
+        print(f"gocl run: {w.source} started this process as rank {w.rank} of {w.size}, so each task is one rank: "
+              "drop --nnodes (or pass -n to start ranks of its own)", file=sys.stderr)
+        return 2
+    if w.size > 1 and not (args.master_addr or w.addr):
+        print(f"gocl run: {w.source} does not say where rank 0 runs: pass --master-addr (or set MASTER_ADDR)",
+              file=sys.stderr)
+        return 2
+    env = dict(os.environ, RANK=str(w.rank), WORLD_SIZE=str(w.size), LOCAL_RANK=str(w.local_rank),
+               MASTER_ADDR=args.master_addr or w.addr or "127.0.0.1", MASTER_PORT=str(args.master_port or w.port),
+               PYTHONUNBUFFERED="1")
+    if w.local_size:
+        env["LOCAL_WORLD_SIZE"] = str(w.local_size)
+    if cmd[0].endswith(".py"):
+        cmd = [sys.executable, *cmd]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(cmd[0], cmd, env)
+    except OSError as e:
+        print(f"gocl run: cannot run {cmd[0]}: {e}", file=sys.stderr)
+        return 127
 
 
 def _cmd_version(args: argparse.Namespace) -> int:
@@ -84,8 +127,9 @@ def parser() -> argparse.ArgumentParser:
         description="Start N local ranks of cmd with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, "
                     "MASTER_ADDR and MASTER_PORT set; prefix their output with [rank i]; when one fails, stop the "
                     "others and exit with its code. A cmd ending in .py runs with this Python.")
-    run.add_argument("-n", "--nproc", "--nproc-per-node", "--nproc_per_node", dest="nproc", type=int, required=True,
-                     help="number of ranks (per node)")
+    run.add_argument("-n", "--nproc", "--nproc-per-node", "--nproc_per_node", dest="nproc", type=int, default=None,
+                     help="number of ranks (per node); under srun, mpirun or a Kubernetes Indexed Job, leave it out: "
+                          "each task runs cmd as its rank")
     run.add_argument("--nnodes", type=int, default=1,
                      help="number of nodes (hosts); run gocl run once on each, with the same --master-addr/--master-port "
                           "and -n (default 1)")

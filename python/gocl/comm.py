@@ -286,9 +286,11 @@ class Communicator:
 
     @classmethod
     def from_env(cls, timeout: float | None = None) -> "Communicator":
-        """Join the communicator described by the environment (torchrun's
-        variables: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; `gocl run` and
-        the pytest plugin set them).
+        """Join the communicator described by the environment: the world of
+        whichever launcher started this process (gocl.world): torchrun's
+        variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; `gocl run` and
+        the pytest plugin set them), mpirun's (OpenMPI, MPICH), srun's, or a
+        Kubernetes Indexed Job's; MASTER_ADDR and MASTER_PORT win when set.
 
         Rank 0 makes the unique id and serves it over TCP on MASTER_PORT
         (GOCL_MASTER_PORT, if set, instead: for programs whose torch store

@@ -85,8 +85,9 @@ def init(unique_id: bytes | None = None, rank: int | None = None, world_size: in
          local_devices: int | None = None, timeout: float | None = None) -> None:
     """Join the world: ``world_size`` processes (``rank`` is this process's),
     each with ``local_devices`` ranks (default: ``jax.local_device_count()``).
-    Without arguments the torchrun-style environment is used (RANK,
-    WORLD_SIZE, MASTER_ADDR, MASTER_PORT), as ``Communicator.from_env`` does.
+    Without arguments the launcher's environment is used (torchrun or `gocl
+    run`, mpirun, srun, a Kubernetes Indexed Job: gocl.world), as
+    ``Communicator.from_env`` does.
     Collectives call this on first use."""
     global _world
     with _lock:
