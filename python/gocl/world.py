@@ -113,7 +113,7 @@ def _uri_host(uri: str) -> str | None:
     """The first address of an OpenMPI HNP URI
     (``jobid.0;tcp://10.0.0.1,192.168.1.2:45678``) or a PMI_PORT
     (``host:port``)."""
-    m = re.search(r"tcp6?://\[?([^,:\]\s;]+)", uri)
+    m = re.search(r"tcp[46]?://\[?([^,:\]\s;]+)", uri)
     if m:
         return m[1]
     host, _, port = uri.rpartition(":")

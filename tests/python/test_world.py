@@ -56,6 +56,10 @@ SRUN = {"SLURM_PROCID": "2", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0", "SLURM_S
     ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
       "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_orte_hnp_uri": "2345678.0;tcp://10.0.0.1,192.168.1.2:45678"},
      (1, 4, 1, 2, "10.0.0.1", 21780, "OpenMPI")),
+    # OpenMPI 5 (PMIx): the server's URI names mpirun's host
+    ({"PMIX_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "PMIX_NAMESPACE": "prterun-h-812@1",
+      "PMIX_SERVER_URI41": "prterun-h-812@0.0;tcp4://10.1.2.3:40101"},
+     (0, 2, 0, None, "10.1.2.3", 16200, "OpenMPI")),
     # MPICH / Hydra
     ({"PMI_RANK": "3", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2", "PMI_PORT": "hostA:33333"},
      (3, 4, 1, 2, "hostA", 15000 + 33333 % 10000, "MPICH (PMI)")),
