@@ -153,27 +153,30 @@ def run_gloo(hosts, per_host, coll, sizes, a, port) -> dict[int, float]:
 
 MPI_AGENT = """#!/bin/sh
 # OpenMPI's rsh agent for namespaces: `agent HOST COMMAND...` runs COMMAND in
-# the namespace of the host whose address is HOST.
+# the namespace of the host whose address is HOST, with a TMPDIR of its own:
+# the "hosts" share /tmp and the host name, and daemons making the same
+# session directory at once failed (mkdir .../jf.N: File exists).
 host=$1; shift
 case "$host" in
 {cases}
   *) echo "mpi agent: no namespace for host $host" >&2; exit 1;;
 esac
-exec ip netns exec "$ns" $pin /bin/sh -c "$*"
+mkdir -p "$tmp"
+exec ip netns exec "$ns" $pin env TMPDIR="$tmp" /bin/sh -c "$*"
 """
 
 
 def run_mpi(hosts, per_host, coll, sizes, a, port) -> dict[int, float]:
     tmp = Path(tempfile.mkdtemp(prefix="mh-mpi-"))
     agent = tmp / "agent.sh"
-    agent.write_text(MPI_AGENT.format(cases="\n".join(f"  {h.addr}) ns={h.ns}; pin='{' '.join(h.cmd([])[4:])}';;" for h in hosts)))
+    agent.write_text(MPI_AGENT.format(cases="\n".join(f"  {h.addr}) ns={h.ns}; pin='{' '.join(h.cmd([])[4:])}'; tmp={tmp}/h{k};;" for k, h in enumerate(hosts))))
     agent.chmod(0o755)
     out = tmp / "perf.json"
     # The issue's --mca btl tcp,self, also between ranks of one host: vader (MPI's shared
     # memory) segfaults in mca_btl_vader_poll_handle_frag here (OpenMPI 4.1.4, ranks of
     # "hosts" that are namespaces of one machine), with or without its single-copy path.
     btl = "tcp,self"
-    env = _clean_env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env = _clean_env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", TMPDIR=str(tmp))
     cmd = ["mpirun", "--mca", "plm_rsh_agent", str(agent), "--mca", "btl", btl,
            "--mca", "btl_tcp_if_include", netns.IFNAME, "--mca", "oob_tcp_if_include", netns.IFNAME,
            "--host", ",".join(f"{h.addr}:{per_host}" for h in hosts), "-np", str(len(hosts) * per_host),
@@ -488,13 +491,16 @@ def main(argv=None) -> int:
                     print(f"round {i} {coll} {lib}: {time.monotonic() - t0:.0f} s; at {human(big)} busbw "
                           f"{big / rows[big] / 1e3 * BUS[coll](n):.4f} GB/s", flush=True)
             result["rounds"].append(rnd)
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"{a.hosts}x{a.ranks_per_host}-{a.rate}"
-    md = render(result, out, stem)
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+            md = save(result, Path(a.out), f"{a.hosts}x{a.ranks_per_host}-{a.rate}")  # each round: a crash keeps the others
     print(md)
     return 0
+
+
+def save(result: dict, out: Path, stem: str) -> str:
+    out.mkdir(parents=True, exist_ok=True)
+    md = render(result, out, stem)
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+    return md
 
 
 if __name__ == "__main__":
