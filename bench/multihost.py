@@ -48,6 +48,7 @@ import time
 from pathlib import Path
 
 from gocl import netns
+from gocl.perf_hosts import human
 
 REPO = Path(__file__).resolve().parents[1]
 PORT = 29470
@@ -63,13 +64,6 @@ def parse_bytes(s: str) -> int:
     s = s.strip().upper().rstrip("B")
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(s[-1:], 1)
     return int(float(s[:-1] if s[-1:] in "KMG" else s) * mult)
-
-
-def human(n: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale} {unit}"
-    return f"{n} B"
 
 
 def raw(hosts, seconds: float, both: bool) -> float:

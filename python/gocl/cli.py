@@ -26,8 +26,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except InvalidArgumentError as e:
         print(e, file=sys.stderr)
         return 2
+    # -n given: the user's own ranks, even inside an allocation
     if args.nproc is None and w is not None and w.source != "RANK/WORLD_SIZE":
-        return _run_as_task(cmd, args, w)  # -n given: the user's ranks, even inside an allocation
+        return _run_as_task(cmd, args, w)
     if args.nproc is None:
         print("gocl run: -n N is required (ranks per node), unless srun, mpirun or a Kubernetes Indexed Job "
               "started this process as one of its tasks", file=sys.stderr)

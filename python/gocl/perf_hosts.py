@@ -112,17 +112,17 @@ def main(argv: Sequence[str]) -> int:
         for t in threads:
             t.join()
         bad = [k for k, p in enumerate(procs) if p.returncode != 0]
+        for k in bad:
+            if k:  # host 0's output went to the terminal already
+                print(f"# host {k}:\n{logs.get(k, '')[-3000:]}", file=sys.stderr)
         if bad:
-            for k in bad[1:] if bad[0] == 0 else bad:
-                if k:
-                    print(f"# host {k}:\n{logs.get(k, '')[-3000:]}", file=sys.stderr)
             return procs[bad[0]].returncode or 1
         run = json.loads(out.read_text())
     run["link"] = {"rate": a.rate, "one_stream_GBps": link / 1e9, "hosts": a.hosts,
                    "ranks_per_host": a.ranks_per_host, "host_cpus": [list(h.cpus) for h in hs] if own else None,
                    "net_gbps": env.get("GOCL_NET_GBPS")}
     print("# busbw / link (out of place): " + ", ".join(
-        f"{_size(r['size'])} {r['out_of_place']['busbw'] * 1e9 / link:.2f}" for r in run["rows"] if r.get("out_of_place")))
+        f"{human(r['size'])} {r['out_of_place']['busbw'] * 1e9 / link:.2f}" for r in run["rows"] if r.get("out_of_place")))
     if own_json:
         Path(own_json).write_text(json.dumps(run, indent=1) + "\n")
         print(f"# results: {own_json}")
@@ -135,7 +135,8 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
-def _size(n: int) -> str:
+def human(n: int) -> str:
+    """A size as nccl-tests' sweeps name it: 4 KiB, 64 MiB, 1000 B."""
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale and n % scale == 0:
             return f"{n // scale} {unit}"
