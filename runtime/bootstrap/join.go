@@ -58,7 +58,14 @@ func Join(id *ID, me PeerInfo, deadline time.Time) ([]PeerInfo, error) {
 		return nil, status.Errorf(status.RemoteError, "rank %d: rendezvous with %s failed: %v", me.Rank, root, err)
 	}
 	if reply.Err != "" {
-		return nil, status.Errorf(status.InvalidUsage, "rank %d: rendezvous failed: %s", me.Rank, reply.Err)
+		code := status.InvalidUsage
+		switch {
+		case reply.Expired:
+			code = status.Timeout
+		case reply.Left:
+			code = status.RemoteError
+		}
+		return nil, status.Errorf(code, "rank %d: rendezvous failed: %s", me.Rank, reply.Err)
 	}
 	if len(reply.Peers) != me.NRanks {
 		return nil, status.Errorf(status.InternalError, "rank %d: root sent %d peers for %d ranks", me.Rank, len(reply.Peers), me.NRanks)

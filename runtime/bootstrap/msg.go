@@ -60,6 +60,8 @@ type PeerInfo struct {
 
 // rootReply is the root's answer: the whole table, or why there is none.
 type rootReply struct {
-	Err   string     `json:"err,omitempty"`
-	Peers []PeerInfo `json:"peers,omitempty"`
+	Err     string     `json:"err,omitempty"`
+	Expired bool       `json:"expired,omitempty"` // Err is the root's timeout
+	Left    bool       `json:"left,omitempty"`    // Err is a rank gone from the rendezvous
+	Peers   []PeerInfo `json:"peers,omitempty"`
 }

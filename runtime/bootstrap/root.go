@@ -3,18 +3,17 @@ package bootstrap
 import (
 	"fmt"
 	"net"
-	"sort"
 	"strings"
 	"time"
 
-	"gocl/runtime/config"
 	"gocl/runtime/debuglog"
 )
 
 // StartRoot makes a new unique id and serves one rendezvous for it in the
 // background: it waits for every rank's PeerInfo, then sends each the table.
-// It stops when the rendezvous is done or after GOCL_TIMEOUT.
-func StartRoot() (ID, error) {
+// It stops when the rendezvous is done, once every rank has had its failure,
+// or after timeout (0: none), whichever comes first.
+func StartRoot(timeout time.Duration) (ID, error) {
 	ifc, err := ChooseIface()
 	if err != nil {
 		return ID{}, err
@@ -29,7 +28,7 @@ func StartRoot() (ID, error) {
 		return ID{}, err
 	}
 	debuglog.Infof(debuglog.Bootstrap, -1, "bootstrap root listening on %s", ln.Addr())
-	go serveRoot(ln, id.Secret(), config.Timeout())
+	go serveRoot(ln, id.Secret(), timeout)
 	return id, nil
 }
 
@@ -38,9 +37,14 @@ type arrival struct {
 	info PeerInfo
 }
 
+// serveRoot runs one rendezvous. A rank that joined and then leaves before
+// the table is sent (its init timed out or was interrupted, its process
+// died) fails the rendezvous for every rank at once: without it the others
+// would wait out their whole timeout, holding their connections here.
 func serveRoot(ln *net.TCPListener, secret []byte, timeout time.Duration) {
 	defer ln.Close()
 	arrivals := make(chan arrival)
+	gone := make(chan arrival)
 	done := make(chan struct{})
 	defer close(done)
 	go acceptRanks(ln, secret, arrivals, done)
@@ -52,38 +56,49 @@ func serveRoot(ln *net.TCPListener, secret []byte, timeout time.Duration) {
 		expire = t.C
 	}
 	byRank := map[int]arrival{}
+	told := map[int]bool{} // after a failure: the ranks answered with it, or gone
 	nranks := 0
 	var failure string
-	fail := func(msg string) {
+	expired, left := false, false // what the failure is: the root's timeout, a rank gone
+	// failAll sends the failure to every rank waiting; the root stays to
+	// answer late ranks with it until each rank has had it (or the expiry).
+	failAll := func(msg string) {
 		if failure == "" {
 			failure = msg
+			debuglog.Warnf(debuglog.Bootstrap, -1, "bootstrap root: %s", msg)
 		}
+		for r, b := range byRank {
+			writeMsg(b.conn, rootReply{Err: failure, Expired: expired, Left: left})
+			b.conn.Close()
+			told[r] = true
+		}
+		byRank = map[int]arrival{}
 	}
 	for {
 		select {
 		case a := <-arrivals:
 			switch {
 			case a.info.NRanks <= 0 || a.info.Rank < 0 || a.info.Rank >= a.info.NRanks:
-				fail(fmt.Sprintf("rank %d joined with nranks %d", a.info.Rank, a.info.NRanks))
+				failAll(fmt.Sprintf("rank %d joined with nranks %d", a.info.Rank, a.info.NRanks))
 			case nranks != 0 && a.info.NRanks != nranks:
-				fail(fmt.Sprintf("ranks disagree on the communicator size: rank %d says nranks=%d, others said %d", a.info.Rank, a.info.NRanks, nranks))
+				failAll(fmt.Sprintf("ranks disagree on the communicator size: rank %d says nranks=%d, others said %d", a.info.Rank, a.info.NRanks, nranks))
 			case byRank[a.info.Rank].conn != nil:
-				fail(fmt.Sprintf("rank %d joined twice (from %s and %s): every process must pass a different rank", a.info.Rank, byRank[a.info.Rank].conn.RemoteAddr(), a.conn.RemoteAddr()))
+				failAll(fmt.Sprintf("rank %d joined twice (from %s and %s): every process must pass a different rank", a.info.Rank, byRank[a.info.Rank].conn.RemoteAddr(), a.conn.RemoteAddr()))
 			}
-			if nranks == 0 {
+			if nranks == 0 && a.info.NRanks > 0 {
 				nranks = a.info.NRanks
 			}
 			if failure != "" {
-				writeMsg(a.conn, rootReply{Err: failure})
+				writeMsg(a.conn, rootReply{Err: failure, Expired: expired, Left: left})
 				a.conn.Close()
-				for _, b := range byRank {
-					writeMsg(b.conn, rootReply{Err: failure})
-					b.conn.Close()
+				told[a.info.Rank] = true
+				if nranks > 0 && len(told) >= nranks {
+					return // every rank has its answer
 				}
-				byRank = map[int]arrival{}
-				continue // keep answering late ranks with the failure until the timeout
+				continue
 			}
 			byRank[a.info.Rank] = a
+			go watchJoined(a, gone, done)
 			if len(byRank) == nranks {
 				peers := make([]PeerInfo, nranks)
 				for r, b := range byRank {
@@ -96,26 +111,44 @@ func serveRoot(ln *net.TCPListener, secret []byte, timeout time.Duration) {
 				debuglog.Infof(debuglog.Bootstrap, -1, "bootstrap root: all %d ranks joined", nranks)
 				return
 			}
+		case a := <-gone:
+			if byRank[a.info.Rank].conn != a.conn {
+				continue // answered already
+			}
+			delete(byRank, a.info.Rank)
+			a.conn.Close()
+			told[a.info.Rank] = true
+			left = failure == ""
+			failAll(fmt.Sprintf("rank %d left the rendezvous before every rank had joined (its init timed out or was interrupted, or its process died): start the communicator again", a.info.Rank))
+			if len(told) >= nranks {
+				return
+			}
 		case <-expire:
-			var missing []string
-			for r := 0; r < nranks; r++ {
-				if byRank[r].conn == nil {
-					missing = append(missing, fmt.Sprint(r))
+			if failure == "" {
+				expired = true
+				var missing []string
+				for r := 0; r < nranks; r++ {
+					if byRank[r].conn == nil {
+						missing = append(missing, fmt.Sprint(r))
+					}
 				}
+				failAll(fmt.Sprintf("rendezvous timed out after %s (the init timeout, GOCL_TIMEOUT unless given): %d of %d ranks joined, missing ranks [%s]",
+					timeout, len(byRank), nranks, strings.Join(missing, " ")))
 			}
-			sort.Strings(missing)
-			msg := fmt.Sprintf("rendezvous timed out after GOCL_TIMEOUT=%s: %d of %d ranks joined, missing ranks [%s]",
-				timeout, len(byRank), nranks, strings.Join(missing, " "))
-			if failure != "" {
-				msg = failure
-			}
-			for _, b := range byRank {
-				writeMsg(b.conn, rootReply{Err: msg})
-				b.conn.Close()
-			}
-			debuglog.Warnf(debuglog.Bootstrap, -1, "bootstrap root: %s", msg)
 			return
 		}
+	}
+}
+
+// watchJoined reports a joined rank whose connection ends before the root
+// answers it: a rank sends nothing after its PeerInfo, so a read returns
+// only when the rank is gone (or the root closed the connection itself).
+func watchJoined(a arrival, gone chan<- arrival, done <-chan struct{}) {
+	var b [1]byte
+	a.conn.Read(b[:])
+	select {
+	case gone <- a:
+	case <-done:
 	}
 }
 

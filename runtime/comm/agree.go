@@ -250,7 +250,7 @@ func (c *Comm) decide(epoch, attempt int, agree bool, exclude []int, deadline ti
 		list = append(list, r)
 	}
 	slices.Sort(list)
-	id, err := NewUniqueID()
+	id, err := newUniqueID(c.timeout)
 	s.mu.Lock()
 	s.dead, s.exclude, s.id = list, exclude, id
 	if err != nil {

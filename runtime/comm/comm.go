@@ -112,10 +112,17 @@ func (o Options) timeout() time.Duration {
 // NewUniqueID starts a rendezvous root in this process and returns its id.
 func NewUniqueID() (bootstrap.ID, error) {
 	config.Reload()
+	return newUniqueID(config.Timeout())
+}
+
+// newUniqueID starts a rendezvous that ends after timeout: the init
+// timeout of the ranks that will join it, so that a rank that never comes
+// holds the others' connections no longer than they wait.
+func newUniqueID(timeout time.Duration) (bootstrap.ID, error) {
 	if err := config.Check(); err != nil {
 		return bootstrap.ID{}, status.Errorf(status.InvalidArgument, "%w", err)
 	}
-	return bootstrap.StartRoot()
+	return bootstrap.StartRoot(timeout)
 }
 
 // InitRank joins rank of nranks to the communicator named by id. It blocks
@@ -246,7 +253,7 @@ func InitAll(ndev int, devices []int, opts Options) ([]*Comm, error) {
 	if ndev <= 0 {
 		return nil, status.Errorf(status.InvalidArgument, "ndev is %d: need at least one device", ndev)
 	}
-	id, err := NewUniqueID()
+	id, err := newUniqueID(opts.timeout())
 	if err != nil {
 		return nil, err
 	}
