@@ -239,3 +239,32 @@ def read(env: Mapping[str, str] | None = None, who: str = "gocl") -> World | Non
     addr = env.get("MASTER_ADDR") or w.addr
     port = _int(env, "GOCL_MASTER_PORT", who) or _int(env, "MASTER_PORT", who) or w.port
     return World(w.rank, w.size, w.local_rank, w.local_size, addr, port, w.source)
+
+
+def torch_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What torch's ``env://`` rendezvous needs (``RANK``, ``WORLD_SIZE``,
+    ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``)
+    and this process's scheduler gives but nobody set: empty unless a
+    scheduler (mpirun, srun, a Kubernetes Indexed Job) started it without
+    a per-rank launcher. ``MASTER_PORT`` is set one above gocl's port, so
+    torch's store and ``Communicator.from_env`` never take the same one."""
+    env = os.environ if env is None else env
+    if "RANK" in env or "WORLD_SIZE" in env:
+        return {}  # torchrun, gocl run, or the user: theirs as it is
+    w = read(env, who="gocl (filling torch's env:// variables)")
+    if w is None or w.addr is None:
+        return {}
+    out = {"RANK": str(w.rank), "WORLD_SIZE": str(w.size), "LOCAL_RANK": str(w.local_rank),
+           "MASTER_ADDR": w.addr, "MASTER_PORT": env.get("MASTER_PORT") or str(w.port + 1)}
+    if w.local_size is not None:
+        out["LOCAL_WORLD_SIZE"] = str(w.local_size)
+    return {k: v for k, v in out.items() if k not in env}
+
+
+def export_torch_env() -> dict[str, str]:
+    """Sets :func:`torch_env` in ``os.environ`` (the torch backend does it at
+    ``import torch``, so ``dist.init_process_group("gocl")`` works in an
+    srun task or under mpirun as under torchrun); returns what it set."""
+    add = torch_env()
+    os.environ.update(add)
+    return add

@@ -161,3 +161,58 @@ def test_gocl_run_without_n_outside_a_scheduler_says_so():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "SLURM_", "OMPI_", "PMI"))}
     r = subprocess.run([str(BIN / "gocl"), "run", "true"], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "-n N is required" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("env,want", [
+    # an srun task: torch's env:// gets the scheduler's world, its store one port above gocl's
+    (SRUN, {"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "node01",
+            "MASTER_PORT": str(15000 + 234000 % 10000 + 1)}),
+    # what is set stays as it is
+    ({**SRUN, "MASTER_ADDR": "login", "MASTER_PORT": "31000"},
+     {"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}),
+    # torchrun or gocl run already set the world, or nothing launched this process
+    ({**SRUN, "RANK": "2", "WORLD_SIZE": "4"}, {}),
+    ({"PATH": "/bin"}, {}),
+    # a scheduler that does not say where rank 0 is: nothing to fill (from_env's error says what to set)
+    ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}, {}),
+])
+def test_torch_env_fills_what_the_scheduler_gives(env, want):
+    assert world.torch_env(env) == want
+
+
+TORCH_PROGRAM = textwrap.dedent("""\
+    import sys
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group(sys.argv[1])  # no RANK, MASTER_ADDR: the scheduler's world
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(dist.get_rank())
+    for step in range(5):
+        x = torch.randn(16, 8, generator=g)
+        loss = ((model(x) - x.sum(1, keepdim=True)) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        t = loss.detach().clone()
+        dist.all_reduce(t)
+        print(f"LOSS {dist.get_rank()} {step} {t.item()!r}", flush=True)
+    dist.destroy_process_group()
+""")
+
+
+@needs_mpirun
+def test_mpirun_torch_init_process_group_without_master_addr(tmp_path):
+    """mpirun -np 4 python train.py with dist.init_process_group("gocl") and
+    no torchrun: DDP's losses step by step are gloo's under the same mpirun."""
+    prog = tmp_path / "train.py"
+    prog.write_text(TORCH_PROGRAM)
+    losses = {}
+    for backend in ("gocl", "gloo"):
+        r = _mpirun(4, [sys.executable, str(prog), backend], tmp_path)
+        assert r.returncode == 0, backend + ": " + r.stdout + r.stderr
+        got = {(int(a), int(b)): float(c) for a, b, c in re.findall(r"LOSS (\d) (\d) ([-+.\deE]+)", r.stdout)}
+        assert len(got) == 20, backend + ": " + r.stdout
+        losses[backend] = got
+    assert losses["gocl"] == pytest.approx(losses["gloo"], rel=1e-6), losses

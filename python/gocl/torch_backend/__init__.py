@@ -133,6 +133,15 @@ def _autoload() -> None:
     except Exception as exc:  # pragma: no cover - defensive, see docstring
         warnings.warn(f"gocl: could not register the torch.distributed backend 'gocl': {exc!r}",
                       RuntimeWarning, stacklevel=2)
+    # An srun task or an mpirun rank has no RANK or MASTER_ADDR: torch's
+    # env:// would refuse it. The scheduler's world fills them in.
+    try:
+        from .. import world  # noqa: PLC0415
+
+        world.export_torch_env()
+    except Exception as exc:  # noqa: BLE001 - a malformed launcher environment; init_process_group says more
+        warnings.warn(f"gocl: could not read the launcher's world for torch's env:// ({exc})", RuntimeWarning,
+                      stacklevel=2)
 
 
 def register_when_torch_imported() -> None:
