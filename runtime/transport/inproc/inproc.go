@@ -318,13 +318,17 @@ func (e *end) Pending() bool {
 	return e.in.posted.Load() > e.recvd || e.p.closed[e.me].Load() || e.p.closed[1-e.me].Load()
 }
 
-// Peek shows the header of the peer's waiting frame (transport.Peeker).
+// Peek shows the header of the peer's waiting frame (transport.Peeker), or
+// a KindAbort header for a closed pair. It reads posted once: a frame
+// posted after a first look must not pass for a closed pair (Pending
+// cannot tell them apart), or a receive from any source would take a
+// collective's frame for a send.
 func (e *end) Peek() (wire.Header, bool) {
+	if e.p.closed[e.me].Load() || e.p.closed[1-e.me].Load() {
+		return wire.Header{Kind: wire.KindAbort}, true
+	}
 	if e.in.posted.Load() > e.recvd {
 		return e.in.f[e.recvd%slots].h, true
-	}
-	if e.Pending() {
-		return wire.Header{Kind: wire.KindAbort}, true
 	}
 	return wire.Header{}, false
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -58,6 +59,7 @@ func Run(t *testing.T, pair Pair) {
 	t.Run("Buffered", func(t *testing.T) { testBuffered(t, pair) })
 	t.Run("Lender", func(t *testing.T) { testLender(t, pair) })
 	t.Run("Prober", func(t *testing.T) { testProber(t, pair) })
+	t.Run("PeekWhileSending", func(t *testing.T) { testPeekWhileSending(t, pair) })
 	t.Run("Streamer", func(t *testing.T) { testStreamer(t, pair) })
 	t.Run("TrySender", func(t *testing.T) { testTrySender(t, pair) })
 	t.Run("TrySenderAbandon", func(t *testing.T) { testTrySenderAbandon(t, pair) })
@@ -639,5 +641,45 @@ func testProber(t *testing.T, pair Pair) {
 			t.Fatal("Pending stays false after the peer closed (a receive would fail at once)")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// testPeekWhileSending: on an open link, a Peek that races the peer's Send
+// shows that frame's header or nothing, never a closed link's KindAbort
+// (a receive from any source would take a collective's frame for a send).
+func testPeekWhileSending(t *testing.T, pair Pair) {
+	const frames = 2000
+	a, b := open(t, pair)
+	pk, ok := b.(transport.Peeker)
+	if !ok {
+		t.Skip("not a Peeker")
+	}
+	done := goSend(func() error {
+		for i := range frames {
+			if err := a.Send(hdr(i), []byte{byte(i)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	buf := make([]byte, 1)
+	for i := range frames {
+		for {
+			h, ok := pk.Peek()
+			if !ok {
+				runtime.Gosched()
+				continue
+			}
+			if h.Kind != wire.KindColl || h.Step != uint32(i) {
+				t.Fatalf("frame %d: Peek shows %s on an open link, want the frame's header", i, h.Describe())
+			}
+			break
+		}
+		if err := b.RecvInto(hdr(i), buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
