@@ -145,36 +145,15 @@ def run_gloo(hosts, per_host, coll, sizes, a, port) -> dict[int, float]:
     return _rows(out, f"gloo {coll}", logs)
 
 
-MPI_AGENT = """#!/bin/sh
-# OpenMPI's rsh agent for namespaces: `agent HOST COMMAND...` runs COMMAND in
-# the namespace of the host whose address is HOST, with a TMPDIR of its own:
-# the "hosts" share /tmp and the host name, and daemons making the same
-# session directory at once failed (mkdir .../jf.N: File exists).
-host=$1; shift
-case "$host" in
-{cases}
-  *) echo "mpi agent: no namespace for host $host" >&2; exit 1;;
-esac
-mkdir -p "$tmp"
-exec ip netns exec "$ns" $pin env TMPDIR="$tmp" /bin/sh -c "$*"
-"""
-
-
 def run_mpi(hosts, per_host, coll, sizes, a, port) -> dict[int, float]:
     tmp = Path(tempfile.mkdtemp(prefix="mh-mpi-"))
-    agent = tmp / "agent.sh"
-    agent.write_text(MPI_AGENT.format(cases="\n".join(f"  {h.addr}) ns={h.ns}; pin='{' '.join(h.cmd([])[4:])}'; tmp={tmp}/h{k};;" for k, h in enumerate(hosts))))
-    agent.chmod(0o755)
     out = tmp / "perf.json"
     # The issue's --mca btl tcp,self, also between ranks of one host: vader (MPI's shared
     # memory) segfaults in mca_btl_vader_poll_handle_frag here (OpenMPI 4.1.4, ranks of
     # "hosts" that are namespaces of one machine), with or without its single-copy path.
-    btl = "tcp,self"
     env = _clean_env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", TMPDIR=str(tmp))
-    cmd = ["mpirun", "--mca", "plm_rsh_agent", str(agent), "--mca", "btl", btl,
-           "--mca", "btl_tcp_if_include", netns.IFNAME, "--mca", "oob_tcp_if_include", netns.IFNAME,
-           "--host", ",".join(f"{h.addr}:{per_host}" for h in hosts), "-np", str(len(hosts) * per_host),
-           "--bind-to", "none", str(REPO / "build" / "mpi-perf"), *_perf_args(coll, sizes, a.iters, a.warmup, out)]
+    cmd = netns.mpirun(hosts, per_host, [str(REPO / "build" / "mpi-perf"), *_perf_args(coll, sizes, a.iters, a.warmup, out)],
+                       tmp, mca=["--mca", "btl", "tcp,self"])
     procs = [subprocess.Popen(hosts[0].cmd(cmd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)]
     logs = _wait_all(procs, f"mpi {coll}", a.limit)
     return _rows(out, f"mpi {coll}", logs)

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator, Sequence
 
 IFNAME = "gocl0"
@@ -188,6 +189,39 @@ def hosts(n: int = 2, rate: str | None = None, tag: str = "", own_cpus: bool = F
 def two_hosts(tag: str = "", rate: str | None = None):
     """Two namespaces joined by a veth pair (shaped to rate when given)."""
     return hosts(2, rate, tag)
+
+
+# OpenMPI's rsh agent for namespaces: `agent HOST COMMAND...` runs COMMAND in
+# the namespace of the host whose address is HOST (on its CPUs), with a
+# TMPDIR of its own: the "hosts" share /tmp and the host name, and daemons
+# making the same session directory at once failed (mkdir .../jf.N: File
+# exists).
+_MPI_AGENT = """#!/bin/sh
+host=$1; shift
+case "$host" in
+{cases}
+  *) echo "mpi agent: no namespace for host $host" >&2; exit 1;;
+esac
+mkdir -p "$tmp"
+exec ip netns exec "$ns" $pin env TMPDIR="$tmp" /bin/sh -c "$*"
+"""
+
+
+def mpirun(hs: Sequence[Host], per_host: int, argv: Sequence[str], folder: Path,
+           mca: Sequence[str] = ()) -> list[str]:
+    """The command that runs argv as len(hs) * per_host ranks of one
+    ``mpirun`` across the hosts (run it in host 0's namespace:
+    ``hs[0].cmd(...)``): OpenMPI starts its daemons in the other namespaces
+    through an rsh agent written to folder, and talks over IFNAME only.
+    Give it OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    as root, and TMPDIR=folder."""
+    agent = Path(folder) / "mpi-agent.sh"
+    agent.write_text(_MPI_AGENT.format(cases="\n".join(
+        f"  {h.addr}) ns={h.ns}; pin='{' '.join(h.cmd([])[4:])}'; tmp={folder}/h{k};;" for k, h in enumerate(hs))))
+    agent.chmod(0o755)
+    return ["mpirun", "--mca", "plm_rsh_agent", str(agent), "--mca", "btl_tcp_if_include", IFNAME,
+            "--mca", "oob_tcp_if_include", IFNAME, *mca, "--host", ",".join(f"{h.addr}:{per_host}" for h in hs),
+            "-np", str(len(hs) * per_host), "--bind-to", "none", *argv]
 
 
 # link_rate's streams: the receiver counts the bytes that arrive inside one

@@ -243,11 +243,12 @@ def read(env: Mapping[str, str] | None = None, who: str = "gocl") -> World | Non
 
 def torch_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """What torch's ``env://`` rendezvous needs (``RANK``, ``WORLD_SIZE``,
-    ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``)
-    and this process's scheduler gives but nobody set: empty unless a
-    scheduler (mpirun, srun, a Kubernetes Indexed Job) started it without
-    a per-rank launcher. ``MASTER_PORT`` is set one above gocl's port, so
-    torch's store and ``Communicator.from_env`` never take the same one."""
+    ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``;
+    Lightning's ``NODE_RANK``) and this process's scheduler gives but
+    nobody set: empty unless a scheduler (mpirun, srun, a Kubernetes
+    Indexed Job) started it without a per-rank launcher. ``MASTER_PORT`` is
+    one above gocl's port (``GOCL_MASTER_PORT``), so torch's store and
+    ``Communicator.from_env`` never take the same one."""
     env = os.environ if env is None else env
     if "RANK" in env or "WORLD_SIZE" in env:
         return {}  # torchrun, gocl run, or the user: theirs as it is
@@ -258,6 +259,13 @@ def torch_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
            "MASTER_ADDR": w.addr, "MASTER_PORT": env.get("MASTER_PORT") or str(w.port + 1)}
     if w.local_size is not None:
         out["LOCAL_WORLD_SIZE"] = str(w.local_size)
+        # Lightning's rank is NODE_RANK * processes per node + LOCAL_RANK
+        out["NODE_RANK"] = str((w.rank - w.local_rank) // max(w.local_size, 1))
+    if "MASTER_PORT" not in env:
+        # read() takes MASTER_PORT over the scheduler's port: Communicator.from_env
+        # in the same process would then listen on torch's store port
+        # (EADDRINUSE on rank 0, seen under a real srun)
+        out["GOCL_MASTER_PORT"] = str(w.port)
     return {k: v for k, v in out.items() if k not in env}
 
 

@@ -22,11 +22,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import launched
 import pytest
 
 from gocl import netns
@@ -242,3 +244,33 @@ def test_without_ifname_the_decoy_fails_init():
         # host 1's ranks cannot reach the root on host 0's decoy; host 0's ranks wait for them in vain
         why = "10.252.0.1" if r >= 2 else "missing ranks [2 3]"
         assert why in out, f"rank {r} does not say what it could not reach: {out}"
+
+
+MPIRUN_OK = shutil.which("mpirun") is not None
+
+
+@pytest.mark.skipif(not MPIRUN_OK, reason="no mpirun (make mpi installs Debian's OpenMPI)")
+def test_mpirun_across_two_hosts(tmp_path):
+    """One mpirun, 2 hosts x 2 ranks (OpenMPI's daemons started in the other
+    namespace by an rsh agent): Communicator.from_env and
+    dist.init_process_group("gocl") take mpirun's world with no MASTER_ADDR
+    (rank 0's host from mpirun's URI); DDP's losses are gloo's step by step."""
+    (tmp_path / "ranks.py").write_text(launched.RANK_PROGRAM)
+    (tmp_path / "train.py").write_text(launched.TORCH_PROGRAM)
+    env = _env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", TMPDIR=str(tmp_path))
+    env = {k: v for k, v in env.items() if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "OMPI_COMM"))}
+    ifname = ["-x", f"GOCL_SOCKET_IFNAME={netns.IFNAME}", "-x", f"GLOO_SOCKET_IFNAME={netns.IFNAME}"]
+
+    def run(argv):
+        with netns.two_hosts("m") as hosts:
+            cmd = netns.mpirun(hosts, 2, [*ifname, sys.executable, *argv], tmp_path)
+            r = subprocess.run(hosts[0].cmd(cmd), env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout
+
+    out = run([str(tmp_path / "ranks.py")])
+    hosts = dict(re.findall(r"OK (\d+) of 4 local \S+ net (\d+)", out))
+    assert sorted(hosts) == ["0", "1", "2", "3"], out
+    assert hosts["0"] == hosts["1"] != hosts["2"] == hosts["3"], f"ranks 0,1 on one host, 2,3 on the other: {out}"
+    losses = {b: launched.losses(run([str(tmp_path / "train.py"), b]), ranks=4) for b in ("gocl", "gloo")}
+    assert losses["gocl"] == pytest.approx(losses["gloo"], rel=1e-6), losses

@@ -10,9 +10,9 @@ import re
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
+import launched
 import pytest
 
 import gocl
@@ -114,17 +114,6 @@ def test_from_env_without_a_launcher_names_them(monkeypatch):
 MPIRUN = shutil.which("mpirun")
 needs_mpirun = pytest.mark.skipif(MPIRUN is None, reason="no mpirun (make mpi installs Debian's OpenMPI)")
 
-RANK_PROGRAM = textwrap.dedent("""
-    import os, sys, numpy as np, gocl
-    with gocl.Communicator.from_env(timeout=60) as c:
-        x = np.arange(1000, dtype=np.float32) * (c.rank + 1)
-        c.all_reduce(x)
-        want = np.arange(1000, dtype=np.float32) * sum(range(1, c.size + 1))
-        assert np.array_equal(x, want), (c.rank, x[:4], want[:4])
-        print(f"OK {c.rank} of {c.size} local {os.environ.get('LOCAL_RANK', '-')}", flush=True)
-""")
-
-
 def _mpirun(n: int, argv: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "GOCL_", "OMPI_", "PMIX_"))}
@@ -138,7 +127,7 @@ def test_mpirun_np_4_from_env(tmp_path):
     """mpirun -np 4 python prog.py: from_env takes OpenMPI's world (rank 0's
     host from mpirun's URI, a port from its job id) with no MASTER_ADDR."""
     prog = tmp_path / "prog.py"
-    prog.write_text(RANK_PROGRAM)
+    prog.write_text(launched.RANK_PROGRAM)
     r = _mpirun(4, [sys.executable, str(prog)], tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     # mpirun forwards the ranks' output interleaved, lines sometimes run together
@@ -150,7 +139,7 @@ def test_gocl_run_under_mpirun_runs_each_task_as_a_rank(tmp_path):
     """mpirun -np 4 gocl run prog.py (no -n): each task is one rank with
     torchrun's variables, LOCAL_RANK from OpenMPI."""
     prog = tmp_path / "prog.py"
-    prog.write_text(RANK_PROGRAM)
+    prog.write_text(launched.RANK_PROGRAM)
     r = _mpirun(4, [str(BIN / "gocl"), "run", str(prog)], tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     oks = sorted(re.findall(r"OK (\d+) of 4 local (\d+)", r.stdout))
@@ -165,11 +154,17 @@ def test_gocl_run_without_n_outside_a_scheduler_says_so():
 
 @pytest.mark.parametrize("env,want", [
     # an srun task: torch's env:// gets the scheduler's world, its store one port above gocl's
-    (SRUN, {"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "node01",
-            "MASTER_PORT": str(15000 + 234000 % 10000 + 1)}),
+    (SRUN, {"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "NODE_RANK": "2",
+            "MASTER_ADDR": "node01",
+            "MASTER_PORT": str(15000 + 234000 % 10000 + 1), "GOCL_MASTER_PORT": str(15000 + 234000 % 10000)}),
     # what is set stays as it is
     ({**SRUN, "MASTER_ADDR": "login", "MASTER_PORT": "31000"},
-     {"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}),
+     {"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "NODE_RANK": "2"}),
+    # mpirun, 2 ranks per host: rank 3 is the second of node 1
+    ({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+      "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_orte_hnp_uri": "2345678.0;tcp://10.0.0.1:45678"},
+     {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "1",
+      "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "21781", "GOCL_MASTER_PORT": "21780"}),
     # torchrun or gocl run already set the world, or nothing launched this process
     ({**SRUN, "RANK": "2", "WORLD_SIZE": "4"}, {}),
     ({"PATH": "/bin"}, {}),
@@ -180,39 +175,15 @@ def test_torch_env_fills_what_the_scheduler_gives(env, want):
     assert world.torch_env(env) == want
 
 
-TORCH_PROGRAM = textwrap.dedent("""\
-    import sys
-    import torch
-    import torch.distributed as dist
-    dist.init_process_group(sys.argv[1])  # no RANK, MASTER_ADDR: the scheduler's world
-    torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    g = torch.Generator().manual_seed(dist.get_rank())
-    for step in range(5):
-        x = torch.randn(16, 8, generator=g)
-        loss = ((model(x) - x.sum(1, keepdim=True)) ** 2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        t = loss.detach().clone()
-        dist.all_reduce(t)
-        print(f"LOSS {dist.get_rank()} {step} {t.item()!r}", flush=True)
-    dist.destroy_process_group()
-""")
-
-
 @needs_mpirun
 def test_mpirun_torch_init_process_group_without_master_addr(tmp_path):
     """mpirun -np 4 python train.py with dist.init_process_group("gocl") and
     no torchrun: DDP's losses step by step are gloo's under the same mpirun."""
     prog = tmp_path / "train.py"
-    prog.write_text(TORCH_PROGRAM)
+    prog.write_text(launched.TORCH_PROGRAM)
     losses = {}
     for backend in ("gocl", "gloo"):
         r = _mpirun(4, [sys.executable, str(prog), backend], tmp_path)
         assert r.returncode == 0, backend + ": " + r.stdout + r.stderr
-        got = {(int(a), int(b)): float(c) for a, b, c in re.findall(r"LOSS (\d) (\d) ([-+.\deE]+)", r.stdout)}
-        assert len(got) == 20, backend + ": " + r.stdout
-        losses[backend] = got
+        losses[backend] = launched.losses(r.stdout, ranks=4)
     assert losses["gocl"] == pytest.approx(losses["gloo"], rel=1e-6), losses
