@@ -21,7 +21,7 @@ PYPERF  := python/gocl/_native/gocl-perf
 PERF_SOURCES := bench/gocl_perf.c bench/perf_common.h tests/c/launch.c tests/c/launch.h capi/gocl.h
 DOCTOR_SOURCES := $(shell find cmd/gocl-doctor doctor -type f 2>/dev/null) go.mod $(wildcard go.sum)
 
-.PHONY: help lib run perf test test-go test-race test-c test-python test-torch27 test-torch-upstream test-torch-upstream-short venv pylib fuzz fuzz-short test-reliability bench bench-jax bench-multihost test-torchft torchft-short bench-torchft mpi clean wheels wheel-tools qemu test-sdist
+.PHONY: help lib run perf test test-go test-race test-c test-python test-engines test-slurm test-lightning test-ray slurm test-torch27 test-torch-upstream test-torch-upstream-short venv pylib fuzz fuzz-short test-reliability bench bench-jax bench-multihost test-torchft torchft-short bench-torchft mpi clean wheels wheel-tools qemu test-sdist
 
 help:
 	@echo "make run    - set up .venv, then the main job: examples/ddp_train.py (DDP) on 4 local ranks over gocl and gloo in turn"
@@ -30,6 +30,8 @@ help:
 	@echo "make lib    - $(BUILD)/libgocl.so and $(BUILD)/include/gocl.h"
 	@echo "make venv   - $(VENV) (uv) with gocl installed editable, extras torch, jax, test; rebuilds $(PYLIB) when Go changes"
 	@echo "make test-torch-upstream - torch's whole distributed suite on gloo and gocl, 2 ranks, compared in RESULTS.md (long; make test runs a subset)"
+	@echo "make test-engines - the launchers and trainers for real: srun on a throwaway Slurm cluster, Lightning's Trainer.fit (own venv $(VENVPL)); make test runs them"
+	@echo "make test-ray - gocl.ray: ray.util.collective backend and TorchTrainer vs gloo on a local Ray cluster, two nodes in namespaces (own venv $(VENVRAY); long)"
 	@echo "make test-python - the Python suite (numpy API, launcher, pytest plugin, packaging, torch backend) in $(VENV)"
 	@echo "make bench  - gocl vs OpenMPI allreduce side by side, 2 and 4 ranks, checked against the goals (installs OpenMPI if missing)"
 	@echo "make bench-jax - gocl.jax vs JAX's gloo psum, mpi4jax (installed here over Debian's Open MPI) and gocl's numpy API, 2 processes"
@@ -127,7 +129,7 @@ run: venv
 perf: $(BUILD)/gocl-perf
 	$(BUILD)/gocl-perf all_reduce -P 4 -b 8 -e 64M -f 4 -c 1
 
-test: test-go test-race test-c test-python test-torch27 test-torch-upstream-short torchft-short
+test: test-go test-race test-c test-python test-engines test-torch27 test-torch-upstream-short torchft-short
 
 test-go: fuzz-short
 	$(GO) vet ./...
@@ -157,6 +159,38 @@ test-c: $(BUILD)/gocl_test $(BUILD)/fork_test $(BUILD)/slack_test $(BUILD)/env_t
 
 test-python: venv $(VENV)/.torchft-installed $(FAKE_NVML) wheel-tools qemu mpi
 	$(PY) -m pytest tests/python -q
+
+# Where users' jobs run (tests/engines): srun tasks as ranks on a throwaway
+# one-host Slurm cluster (two slurmd on this host) that the tests start and
+# stop (root); Lightning's Trainer.fit on 2 processes; Ray (test-ray: a few
+# minutes, and Ray pins many packages) apart. Lightning and Ray get venvs of
+# their own, made once, with .venv's torch.
+test-engines: test-slurm test-lightning
+
+slurm:
+	command -v srun >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge)
+
+test-slurm: venv slurm
+	GOCL_REQUIRE_SLURM=1 $(PY) -m pytest tests/engines/test_slurm.py -q
+
+TORCH_PIN = "torch==$$($(PY) -c 'import torch; print(torch.__version__.split("+")[0])')"
+VENVPL := .venv-lightning
+$(VENVPL)/.gocl-installed: pyproject.toml hatch_build.py $(VENV)/.gocl-installed
+	@test -x $(VENVPL)/bin/python || $(UV) venv --python $(PYTHON3) $(VENVPL)
+	$(UV) pip install --python $(VENVPL)/bin/python $(TORCH_PIN) numpy pytest -e ".[lightning]"
+	@touch $@
+
+test-lightning: $(VENVPL)/.gocl-installed $(PYLIB)
+	GOCL_TEST_LIGHTNING=1 $(VENVPL)/bin/python -m pytest tests/engines/test_lightning.py -q
+
+VENVRAY := .venv-ray
+$(VENVRAY)/.gocl-installed: pyproject.toml hatch_build.py $(VENV)/.gocl-installed
+	@test -x $(VENVRAY)/bin/python || $(UV) venv --python $(PYTHON3) $(VENVRAY)
+	$(UV) pip install --python $(VENVRAY)/bin/python $(TORCH_PIN) numpy pytest -e ".[ray]"
+	@touch $@
+
+test-ray: venv $(VENVRAY)/.gocl-installed $(PYLIB)
+	$(VENVRAY)/bin/python -m pytest tests/engines/test_ray.py -q
 
 # The torch backend on the oldest torch our users report (2.7.1: the
 # ProcessGroup-subclass route, old method names). uv's cache makes it cheap.

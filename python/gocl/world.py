@@ -120,10 +120,12 @@ def _uri_host(uri: str) -> str | None:
     return host or None if port.isdigit() else None
 
 
-def _derived_port(token: str) -> int:
-    """A port both ends derive from a job's identity: 15000-24999."""
-    digits = re.sub(r"\D", "", token)
-    return 15000 + (int(digits[-6:]) if digits else 0) % 10000
+def _derived_port(token: str | int) -> int:
+    """A port every rank derives from its job's identity: even, in
+    15000-24998, so that torch's store one above it (torch_env) never takes
+    another job's; jobs numbered in a row get ports in a row (of 5000)."""
+    digits = re.sub(r"\D", "", str(token))
+    return 15000 + 2 * ((int(digits[-12:]) if digits else 0) % 5000)
 
 
 def _per_rank(env: Mapping[str, str], who: str) -> World | None:
@@ -182,10 +184,20 @@ def _slurm(env: Mapping[str, str], who: str) -> World | None:
     m = re.fullmatch(r"(\d+)(\(x\d+\))?(,.*)?", env.get("SLURM_STEP_TASKS_PER_NODE", "") or "")
     if m and not m[3]:
         per_node = int(m[1])  # every node the same
-    step = env.get("SLURM_STEP_ID", "0")  # steps of one job running at once get their own ports
-    job = env.get("SLURM_JOB_ID", "") + (step.zfill(3) if step.isdigit() else "")
+    if env.get("SLURM_DISTRIBUTION", "").startswith("arbitrary") and env.get("SLURM_HOSTFILE"):
+        # srun --distribution=arbitrary: task k runs on the hostfile's line k,
+        # while the node list is sorted
+        try:
+            with open(env["SLURM_HOSTFILE"]) as f:
+                lines = [ln.strip() for ln in f if ln.strip()]
+            hosts = lines[:1] or hosts
+        except OSError:
+            pass
+    # steps of one job running at once get ports of their own, and jobs in a row too
+    job = _int(env, "SLURM_JOB_ID", who) or 0
+    step = _int(env, "SLURM_STEP_ID", who) or 0
     return World(rank, size, rank if local is None else local, per_node, hosts[0] if hosts else None,
-                 _derived_port(job), "Slurm")
+                 _derived_port(job + 997 * step), "Slurm")
 
 
 def _kubernetes(env: Mapping[str, str], who: str) -> World | None:

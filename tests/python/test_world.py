@@ -42,6 +42,18 @@ SRUN = {"SLURM_PROCID": "2", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0", "SLURM_S
         "SLURM_STEP_NODELIST": "node[01-03,07]", "SLURM_JOB_ID": "41234", "SLURM_STEP_TASKS_PER_NODE": "1(x4)"}
 
 
+def test_slurm_jobs_in_a_row_and_their_steps_get_ports_of_their_own():
+    ports = [world.read({**SRUN, "SLURM_JOB_ID": str(j), "SLURM_STEP_ID": str(s)}).port
+             for j in (1, 11, 12, 41234) for s in (0, 1)]
+    assert len(set(ports)) == len(ports) and all(p % 2 == 0 for p in ports), ports  # torch's store: p + 1
+
+
+def test_srun_arbitrary_distribution_takes_rank_0s_host_from_the_hostfile(tmp_path):
+    (tmp_path / "hosts").write_text("node07\nnode01\nnode02\nnode03\n")
+    env = {**SRUN, "SLURM_DISTRIBUTION": "arbitrary", "SLURM_HOSTFILE": str(tmp_path / "hosts")}
+    assert world.read(env).addr == "node07"
+
+
 @pytest.mark.parametrize("env,want", [
     # torchrun / gocl run
     ({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "h0",
@@ -49,21 +61,21 @@ SRUN = {"SLURM_PROCID": "2", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0", "SLURM_S
     # no LOCAL_RANK: the rank is its own local rank
     ({"RANK": "3", "WORLD_SIZE": "4", "MASTER_ADDR": "h0"}, (3, 4, 3, None, "h0", 29500, "RANK/WORLD_SIZE")),
     # srun
-    (SRUN, (2, 4, 0, 1, "node01", 15000 + 234000 % 10000, "Slurm")),
+    (SRUN, (2, 4, 0, 1, "node01", 15000 + 2 * (41234 % 5000), "Slurm")),
     # srun, MASTER_ADDR/PORT win; uneven tasks per node: no local size
     ({**SRUN, "MASTER_ADDR": "login", "MASTER_PORT": "31000", "SLURM_STEP_TASKS_PER_NODE": "2,1(x2)"},
      (2, 4, 0, None, "login", 31000, "Slurm")),
     # OpenMPI 4 under mpirun
     ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
       "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_orte_hnp_uri": "2345678.0;tcp://10.0.0.1,192.168.1.2:45678"},
-     (1, 4, 1, 2, "10.0.0.1", 21780, "OpenMPI")),
+     (1, 4, 1, 2, "10.0.0.1", 18560, "OpenMPI")),
     # OpenMPI 5 (PMIx): the server's URI names mpirun's host
     ({"PMIX_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "PMIX_NAMESPACE": "prterun-h-812@1",
       "PMIX_SERVER_URI41": "prterun-h-812@0.0;tcp4://10.1.2.3:40101"},
-     (0, 2, 0, None, "10.1.2.3", 16200, "OpenMPI")),
+     (0, 2, 0, None, "10.1.2.3", 17400, "OpenMPI")),
     # MPICH / Hydra
     ({"PMI_RANK": "3", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2", "PMI_PORT": "hostA:33333"},
-     (3, 4, 1, 2, "hostA", 15000 + 33333 % 10000, "MPICH (PMI)")),
+     (3, 4, 1, 2, "hostA", 15000 + 2 * (33333 % 5000), "MPICH (PMI)")),
     # Kubernetes Indexed Job behind a headless service
     ({"JOB_COMPLETION_INDEX": "3", "WORLD_SIZE": "4", "HOSTNAME": "train-3.workers.ns.svc.cluster.local"},
      (3, 4, 0, 1, "train-0.workers.ns.svc.cluster.local", 29500, "Kubernetes (JOB_COMPLETION_INDEX)")),
@@ -156,7 +168,7 @@ def test_gocl_run_without_n_outside_a_scheduler_says_so():
     # an srun task: torch's env:// gets the scheduler's world, its store one port above gocl's
     (SRUN, {"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "NODE_RANK": "2",
             "MASTER_ADDR": "node01",
-            "MASTER_PORT": str(15000 + 234000 % 10000 + 1), "GOCL_MASTER_PORT": str(15000 + 234000 % 10000)}),
+            "MASTER_PORT": "17469", "GOCL_MASTER_PORT": "17468"}),
     # what is set stays as it is
     ({**SRUN, "MASTER_ADDR": "login", "MASTER_PORT": "31000"},
      {"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "NODE_RANK": "2"}),
@@ -164,7 +176,7 @@ def test_gocl_run_without_n_outside_a_scheduler_says_so():
     ({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
       "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_orte_hnp_uri": "2345678.0;tcp://10.0.0.1:45678"},
      {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "1",
-      "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "21781", "GOCL_MASTER_PORT": "21780"}),
+      "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "18561", "GOCL_MASTER_PORT": "18560"}),
     # torchrun or gocl run already set the world, or nothing launched this process
     ({**SRUN, "RANK": "2", "WORLD_SIZE": "4"}, {}),
     ({"PATH": "/bin"}, {}),
