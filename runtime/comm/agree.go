@@ -37,6 +37,8 @@ func (c *Comm) serve(req bootstrap.Request) any {
 	switch req.Kind {
 	case askProbe:
 		return c.answer()
+	case askStatus:
+		return c.ownView()
 	case askShrink:
 		var v shrinkView
 		if err := json.Unmarshal(req.Body, &v); err != nil {

@@ -73,6 +73,7 @@ type Comm struct {
 	nextOp  int32
 
 	flight *flightRecorder // nil unless GOCL_TRACE_BUFFER or GOCL_TRACE_FILE is set
+	live   liveCall        // the call it is in, or made last (live.go)
 
 	// Liveness probes (culprit.go): the bootstrap listener stays open and
 	// answers them until release.
@@ -216,6 +217,7 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 		return nil, err
 	}
 	transport.Settle(c.localRank)
+	register(c)
 	debuglog.Infof(debuglog.Init, rank, "init done: rank %d/%d, node %d/%d, local rank %d/%d, chunk %d B, %s, direct up to %d B, timeout %s",
 		rank, nranks, c.node, c.nnodes, c.localRank, c.localRanks, c.chunk, settings, settings.DirectMax, timeoutString(timeout))
 	return c, nil
@@ -403,6 +405,7 @@ func (c *Comm) Abort() {
 }
 
 func (c *Comm) release() {
+	unregister(c)
 	c.stateMu.Lock()
 	c.freed = true
 	c.unusable.Store(true)

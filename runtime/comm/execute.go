@@ -100,6 +100,7 @@ func (c *Comm) collective(op *Op) (err error) {
 	}
 	sb, rb := c.sizes(op)
 	ch := c.plan.Pick(op.Coll, max(sb, rb))
+	c.live.set(op.Coll, op.Type, ch, 0, -1, x.Hdr.Seq, max(sb, rb))
 	if c.flight != nil {
 		slot := c.flight.begin(flightEntry{hdr: x.Hdr, bytes: max(sb, rb), choice: ch})
 		defer func() { c.flight.end(slot, err) }()
@@ -215,6 +216,11 @@ func (c *Comm) p2p(op *Op) error {
 	}
 	h.Seq = seqs[peer]
 	seqs[peer]++
+	flags := liveP2P
+	if op.IsSend {
+		flags |= liveSend
+	}
+	c.live.set(wire.SendRecv, op.Type, tune.Choice{}, flags, peer, h.Seq, op.Count*op.Type.Size())
 	var err error
 	if c.flight != nil {
 		slot := c.flight.begin(flightEntry{hdr: h, send: op.IsSend, peer: peer, bytes: op.Count * op.Type.Size(), via: c.links[peer].Name()})

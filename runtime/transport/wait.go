@@ -132,19 +132,29 @@ const sleepBackstop = 250 * time.Millisecond
 // returned. deadline is in Unix ns (0: none); past it Await returns
 // ErrExpired.
 func Await(b *Bell, deadline int64, ready func() bool, failed func() error) error {
-	return await(b, deadline, ready, failed, true)
+	return await(b, deadline, ready, failed, true, nil, 0)
 }
 
 // AwaitLong is Await without polling, for waits known to be long (a peer
 // copying or producing a large frame): a poller would only take the core
 // that peer needs.
 func AwaitLong(b *Bell, deadline int64, ready func() bool, failed func() error) error {
-	return await(b, deadline, ready, failed, false)
+	return await(b, deadline, ready, failed, false, nil, 0)
 }
 
-func await(b *Bell, deadline int64, ready func() bool, failed func() error, polls bool) error {
+// AwaitFor is Await (AwaitLong when long) that marks s as waiting for k
+// while it sleeps (the live view's "waits on").
+func AwaitFor(s *Stats, k WaitKind, long bool, b *Bell, deadline int64, ready func() bool, failed func() error) error {
+	return await(b, deadline, ready, failed, !long, s, k)
+}
+
+func await(b *Bell, deadline int64, ready func() bool, failed func() error, polls bool, s *Stats, k WaitKind) error {
 	if ready() || (polls && poll(ready, SpinFor())) {
 		return nil
+	}
+	if s != nil {
+		s.BeginWait(k)
+		defer s.EndWait()
 	}
 	var timer *time.Timer
 	defer func() {

@@ -76,6 +76,7 @@ type pair struct {
 
 // end is one rank's Link.
 type end struct {
+	transport.Stats
 	p          *pair
 	self, peer int
 	me         int // 0 if self < peer
@@ -169,12 +170,8 @@ func (e *end) failed() error {
 // await waits for ready on bell, turning an expired deadline into a timeout
 // that says what was waited for. A long wait (a frame above LendMax: its
 // peer is producing or copying it) sleeps without polling.
-func (e *end) await(bell *transport.Bell, long bool, ready func() bool, failed func() error, what func() string) error {
-	wait := transport.Await
-	if long {
-		wait = transport.AwaitLong
-	}
-	err := wait(bell, e.deadline.Load(), ready, failed)
+func (e *end) await(k transport.WaitKind, bell *transport.Bell, long bool, ready func() bool, failed func() error, what func() string) error {
+	err := transport.AwaitFor(&e.Stats, k, long, bell, e.deadline.Load(), ready, failed)
 	if err == transport.ErrExpired {
 		return transport.TimedOut(e.self, e.peer, what())
 	}
@@ -188,7 +185,7 @@ func (e *end) slot(h *wire.Header) (*frame, error) {
 	}
 	d, k := e.out, e.sent
 	if k-d.taken.Load() >= slots {
-		err := e.await(&d.take, h.Len > LendMax, func() bool { return k-d.taken.Load() < slots }, e.failed,
+		err := e.await(transport.WaitSend, &d.take, h.Len > LendMax, func() bool { return k-d.taken.Load() < slots }, e.failed,
 			func() string { return "sending " + h.Describe() })
 		if err != nil {
 			return nil, err
@@ -219,6 +216,7 @@ func (e *end) Send(h *wire.Header, data []byte) error {
 	}
 	f.h = *h
 	f.rdv = len(data) > EagerMax
+	e.Sent.Add(uint64(len(data)))
 	if !f.rdv {
 		f.data = f.eager(len(data))
 		copy(f.data, data)
@@ -231,7 +229,7 @@ func (e *end) Send(h *wire.Header, data []byte) error {
 	// The receiver reads data in place: wait until it is done.
 	d, k := e.out, e.sent
 	done := func() bool { return d.taken.Load() >= k }
-	err = e.await(&d.take, true, done, e.failed, func() string { return "sending " + h.Describe() })
+	err = e.await(transport.WaitSend, &d.take, true, done, e.failed, func() string { return "sending " + h.Describe() })
 	if err != nil && !f.rdvState.CompareAndSwap(rdvPosted, rdvWithdrawn) {
 		// The receiver is reading data and never blocks while it does:
 		// wait for it, so data may be reused once Send returns.
@@ -267,6 +265,7 @@ func (e *end) Commit(h *wire.Header) error {
 	f := &e.out.f[e.sent%slots]
 	h.Len = uint64(n)
 	f.h, f.rdv, f.data = *h, false, f.buf[:n]
+	e.Sent.Add(uint64(n))
 	e.publish()
 	return nil
 }
@@ -282,7 +281,7 @@ func (e *end) receive(want *wire.Header, use func(payload []byte)) error {
 	}
 	if d.posted.Load() <= k {
 		// Frames the peer posted before it closed are still delivered.
-		err := e.await(&d.post, want.Len > LendMax, func() bool { return d.posted.Load() > k }, e.failed,
+		err := e.await(transport.WaitRecv, &d.post, want.Len > LendMax, func() bool { return d.posted.Load() > k }, e.failed,
 			func() string { return "waiting for " + want.Describe() })
 		if err != nil {
 			return err
@@ -295,6 +294,7 @@ func (e *end) receive(want *wire.Header, use func(payload []byte)) error {
 	err := transport.CheckFrame(want, &f.h, e.self, e.peer)
 	if err == nil {
 		use(f.data)
+		e.Received.Add(uint64(len(f.data)))
 	}
 	e.recvd++
 	d.taken.Store(e.recvd)

@@ -159,7 +159,7 @@ func (l *link) flush(h *wire.Header) error {
 	if seq <= l.llTail {
 		return nil
 	}
-	return l.await(func() bool {
+	return l.await(transport.WaitSend, func() bool {
 		l.llTail = atomic.LoadUint64(tail)
 		return l.llTail >= seq
 	}, l.send.u32(offFreed), l.send.u32(offSendWait), func() string { return "the peer's read of " + h.Describe() })
@@ -179,7 +179,11 @@ func (l *link) Post(h *wire.Header, data []byte) (bool, error) {
 	if err := l.failure(); err != nil {
 		return true, err
 	}
-	return true, l.postCMA(h, data)
+	err := l.postCMA(h, data)
+	if err == nil {
+		l.stats.Sent.Add(uint64(len(data)))
+	}
+	return true, err
 }
 
 // Flush implements transport.Poster.

@@ -150,6 +150,7 @@ type pair struct {
 	use        []transport.Link // the channels the communicator agreed to use (UseChannels)
 	useMin     int
 
+	stats     transport.Stats                    // both directions, all channels
 	deadline  atomic.Pointer[transport.Deadline] // own, or the communicator's (ShareDeadline)
 	own       transport.Deadline                 // SetDeadline's
 	closed    atomic.Bool                        // this end closed or aborted
@@ -420,10 +421,12 @@ func (l *link) failure() error {
 // then sleeping on the futex word fw with *sleep set so the other side
 // knows to wake it. Closing, the peer's death and the deadline end the wait
 // with an error.
-func (l *link) await(ready func() bool, fw, sleep *uint32, what func() string) error {
+func (l *link) await(k transport.WaitKind, ready func() bool, fw, sleep *uint32, what func() string) error {
 	if transport.Spin(ready) {
 		return nil
 	}
+	l.stats.BeginWait(k)
+	defer l.stats.EndWait()
 	for {
 		if err := l.failure(); err != nil {
 			return err
@@ -461,7 +464,7 @@ func (l *link) slotFree(seq uint64, h *wire.Header) error {
 		return nil
 	}
 	tail := l.send.u64(offLLTail)
-	return l.await(func() bool {
+	return l.await(transport.WaitSend, func() bool {
 		l.llTail = atomic.LoadUint64(tail)
 		return seq-llSlots <= l.llTail
 	}, l.send.u32(offFreed), l.send.u32(offSendWait), func() string { return "sending " + h.Describe() })
@@ -502,7 +505,7 @@ func (l *link) reserve(h *wire.Header, n int) (piece, []byte, error) {
 	end := start + need
 	if end-l.dtail > dataBytes {
 		tail := l.send.u64(offDataTail)
-		err := l.await(func() bool {
+		err := l.await(transport.WaitSend, func() bool {
 			l.dtail = max(l.dtail, atomic.LoadUint64(tail)) // the peer's tail lags a restart at the ring's start
 			return end-l.dtail <= dataBytes
 		}, l.send.u32(offFreed), l.send.u32(offSendWait), func() string { return "sending " + h.Describe() })
@@ -579,6 +582,17 @@ func (l *link) post(p *piece, h *wire.Header, payload []byte) {
 }
 
 func (l *link) Send(h *wire.Header, data []byte) error {
+	err := l.sendFrame(h, data)
+	if err == nil {
+		l.stats.Sent.Add(uint64(len(data)))
+	}
+	return err
+}
+
+// Stats implements transport.Counted: the pair's, whichever channel.
+func (l *link) Stats() *transport.Stats { return &l.stats }
+
+func (l *link) sendFrame(h *wire.Header, data []byte) error {
 	h.Len = uint64(len(data))
 	if !l.enter() {
 		return transport.Aborted(l.self, l.peer)
@@ -651,6 +665,7 @@ func (l *link) Commit(h *wire.Header) error {
 		return err
 	}
 	l.post(&p, h, nil)
+	l.stats.Sent.Add(uint64(p.n))
 	return nil
 }
 
@@ -674,7 +689,7 @@ func (l *link) word(seq uint64, i int, want *wire.Header) (uint32, error) {
 	if uint32(v>>32) == flag {
 		return uint32(v), nil
 	}
-	err := l.await(func() bool {
+	err := l.await(transport.WaitRecv, func() bool {
 		v = atomic.LoadUint64(w)
 		return uint32(v>>32) == flag
 	}, l.recv.u32(offPosted), l.recv.u32(offRecvWait), func() string { return "waiting for " + want.Describe() })
@@ -854,6 +869,7 @@ func (l *link) frame(want *wire.Header, dst []byte, use func(payload []byte), pi
 		transport.RaceAcquire()
 		l.release(&p)
 		if last {
+			l.stats.Received.Add(uint64(n))
 			return nil
 		}
 	}

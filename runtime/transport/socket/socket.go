@@ -46,6 +46,7 @@ func ChunkFor(gbs float64) int {
 const StripeMin = 256 << 10
 
 type link struct {
+	transport.Stats
 	conns      []net.Conn
 	raw        []syscall.RawConn
 	writeMu    []sync.Mutex // per connection: frames never interleave
@@ -187,7 +188,10 @@ func (l *link) Send(h *wire.Header, data []byte) error {
 		return nil
 	})
 	h.Len = uint64(len(data))
-	return first(err)
+	if err = first(err); err == nil {
+		l.Sent.Add(uint64(len(data)))
+	}
+	return err
 }
 
 // started is a frame TrySend began: its header, its payload, how much of
@@ -239,8 +243,10 @@ func (l *link) TrySend(h *wire.Header, data []byte) (bool, error) {
 		return false, l.wrap(errno, "sending "+h.Describe())
 	case int(n) == wire.HeaderSize+len(data):
 		l.writeMu[0].Unlock()
+		l.Sent.Add(uint64(len(data)))
 		return true, nil
 	}
+	l.Sent.Add(uint64(len(data))) // Finish writes the rest, or Abandon closes the link
 	l.started.sent = int(n) // the lock stays held: the rest must follow
 	return false, nil
 }
@@ -428,16 +434,27 @@ func (l *link) readFull(i int, buf []byte, spin bool) error {
 			return true
 		}
 	}
+	parked := false // marked as waiting (the live view) once it parks
 	for got < len(buf) && rerr == nil {
 		err := l.raw[i].Read(func(fd uintptr) bool {
+			done := false
 			if !spin {
-				return attempt(fd)
+				done = attempt(fd)
+			} else {
+				done = transport.Spin(func() bool { return attempt(fd) })
 			}
-			return transport.Spin(func() bool { return attempt(fd) })
+			if !done && !parked {
+				parked = true
+				l.BeginWait(transport.WaitRecv)
+			}
+			return done
 		})
 		if err != nil && rerr == nil {
 			rerr = err
 		}
+	}
+	if parked {
+		l.EndWait()
 	}
 	if rerr == io.EOF && got > 0 {
 		rerr = io.ErrUnexpectedEOF
@@ -481,6 +498,7 @@ func (l *link) recvPart(i int, want *wire.Header, dst []byte) error {
 	if err := l.readFull(i, dst, spin); err != nil {
 		return l.wrap(err, "receiving "+want.Describe())
 	}
+	l.Received.Add(uint64(len(dst)))
 	return nil
 }
 

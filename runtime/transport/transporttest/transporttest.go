@@ -60,6 +60,7 @@ func Run(t *testing.T, pair Pair) {
 	t.Run("Lender", func(t *testing.T) { testLender(t, pair) })
 	t.Run("Prober", func(t *testing.T) { testProber(t, pair) })
 	t.Run("PeekWhileSending", func(t *testing.T) { testPeekWhileSending(t, pair) })
+	t.Run("Counted", func(t *testing.T) { testCounted(t, pair) })
 	t.Run("Streamer", func(t *testing.T) { testStreamer(t, pair) })
 	t.Run("TrySender", func(t *testing.T) { testTrySender(t, pair) })
 	t.Run("TrySenderAbandon", func(t *testing.T) { testTrySenderAbandon(t, pair) })
@@ -681,5 +682,52 @@ func testPeekWhileSending(t *testing.T, pair Pair) {
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// testCounted: a Counted link counts the payload bytes each way, and a
+// receive that sleeps shows as a wait for the peer's frame until it ends.
+func testCounted(t *testing.T, pair Pair) {
+	a, b := open(t, pair)
+	ca, ok := a.(transport.Counted)
+	if !ok {
+		t.Skip("not Counted")
+	}
+	cb := b.(transport.Counted)
+	if _, _, waiting := cb.Stats().Waiting(); waiting {
+		t.Fatal("a link that did nothing is waiting")
+	}
+	got := make(chan error, 1)
+	start := time.Now()
+	go func() { got <- b.RecvInto(hdr(0), make([]byte, 1000)) }()
+	var since time.Time
+	for end := time.Now().Add(5 * time.Second); ; {
+		k, s, waiting := cb.Stats().Waiting()
+		if waiting {
+			if k != transport.WaitRecv {
+				t.Fatalf("a receive waits for %v, want recv", k)
+			}
+			since = s
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("a receive with no frame coming never shows as waiting")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if since.Before(start.Add(-time.Second)) || since.After(time.Now()) {
+		t.Fatalf("the wait began at %v, the receive at %v", since, start)
+	}
+	if err := a.Send(hdr(0), make([]byte, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if _, _, waiting := cb.Stats().Waiting(); waiting {
+		t.Fatal("the receive ended but the link still waits")
+	}
+	if s, r := ca.Stats().Sent.Load(), cb.Stats().Received.Load(); s != 1000 || r != 1000 {
+		t.Fatalf("sent %d, received %d: want 1000 each", s, r)
 	}
 }

@@ -1,0 +1,242 @@
+package comm
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"gocl/runtime/bootstrap"
+	"gocl/runtime/config"
+	"gocl/runtime/debuglog"
+)
+
+// The status endpoint (GOCL_STATUS): every process with a communicator
+// answers `gocl status` and `gocl top` on a Unix socket, DIR/PID.sock, DIR
+// being GOCL_STATUS_DIR, else $XDG_RUNTIME_DIR/gocl, else /tmp/gocl-UID
+// (mode 0700, this user's). A client proves it may ask with the handshake
+// the communicators use (bootstrap's HMAC challenge), keyed by DIR/PID.key,
+// which only this user can read; GOCL_STATUS=tcp:HOST:PORT also listens on
+// TCP, keyed by GOCL_STATUS_TOKEN. A process that is rank 0 of a
+// communicator gathers its other ranks' views over their bootstrap
+// listeners (keyed by the communicator's secret), so one question on rank
+// 0's host reaches every rank of a job on any host; a rank that does not
+// answer within statusAskWait is reported so (stopped, hung or gone).
+
+const askStatus = "status"
+
+// statusAskWait bounds rank 0's question to each of its ranks.
+const statusAskWait = time.Second
+
+type statusRequest struct {
+	ID    string `json:"id,omitempty"`    // one communicator (empty: every one of the process)
+	Peers bool   `json:"peers,omitempty"` // where this process is rank 0: every rank's view too
+}
+
+// StatusReply answers a status request.
+type StatusReply struct {
+	Process ProcessView           `json:"process"`
+	Ranks   map[string][]CommView `json:"ranks,omitempty"` // communicator id -> each rank's view, from its rank 0
+}
+
+var endpoint struct {
+	once     sync.Once
+	sampling bool // under registry.mu
+}
+
+// startStatus starts the endpoint once per process (on its first
+// communicator) and the sampler whenever it is not running.
+func startStatus() {
+	endpoint.once.Do(func() {
+		mode := strings.TrimSpace(config.String("STATUS"))
+		if mode == "0" || strings.EqualFold(mode, "off") {
+			return
+		}
+		if err := listenStatus(mode); err != nil {
+			debuglog.Warnf(debuglog.Init, -1, "status endpoint off: %v (GOCL_STATUS=0 silences this)", err)
+		}
+	})
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	if !endpoint.sampling && len(registry.comms) > 0 {
+		endpoint.sampling = true
+		go sampler()
+	}
+}
+
+// sampler runs while the process has communicators.
+func sampler() {
+	defer func() { recover() }() // a goroutine of ours never takes the process down
+	t := time.NewTicker(sampleEvery)
+	defer t.Stop()
+	for now := range t.C {
+		sample(now)
+		registry.mu.Lock()
+		if len(registry.comms) == 0 {
+			endpoint.sampling = false
+			registry.mu.Unlock()
+			return
+		}
+		registry.mu.Unlock()
+	}
+}
+
+// StatusDir is where the Unix sockets of this user's processes are.
+func StatusDir() string {
+	if d := strings.TrimSpace(config.String("STATUS_DIR")); d != "" {
+		return d
+	}
+	if d, _ := config.LookupEnv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "gocl")
+	}
+	return filepath.Join(os.TempDir(), "gocl-"+strconv.Itoa(os.Getuid()))
+}
+
+func listenStatus(mode string) error {
+	dir := StatusDir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil {
+		return err
+	}
+	if int(st.Uid) != os.Getuid() || st.Mode&0o077 != 0 {
+		return fmt.Errorf("%s is not this user's alone (owner %d, mode %o): set GOCL_STATUS_DIR to a directory only you can read", dir, st.Uid, st.Mode&0o777)
+	}
+	sweepStatusDir(dir)
+	key := make([]byte, 32)
+	rand.Read(key)
+	base := filepath.Join(dir, strconv.Itoa(os.Getpid()))
+	os.Remove(base + ".sock") // a process that had this pid before
+	if err := os.WriteFile(base+".key", []byte(hex.EncodeToString(key)), 0o600); err != nil {
+		return err
+	}
+	ln, err := net.Listen("unix", base+".sock")
+	if err != nil {
+		return err
+	}
+	go bootstrap.Serve(ln, -1, key, serveStatus)
+	if addr, ok := strings.CutPrefix(mode, "tcp:"); ok {
+		token := strings.TrimSpace(config.String("STATUS_TOKEN"))
+		if token == "" {
+			return fmt.Errorf("GOCL_STATUS=%s asks for TCP but GOCL_STATUS_TOKEN is not set: set it to a secret the clients share (gocl status --connect HOST:PORT reads it from the same variable)", mode)
+		}
+		tl, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("GOCL_STATUS=%s: %v", mode, err)
+		}
+		go bootstrap.Serve(tl, -1, []byte(token), serveStatus)
+	} else if mode != "" && mode != "1" && !strings.EqualFold(mode, "on") {
+		return fmt.Errorf("GOCL_STATUS=%q: give 1 (a Unix socket, the default), tcp:HOST:PORT (also TCP), or 0 (off)", mode)
+	}
+	return nil
+}
+
+// sweepStatusDir removes the sockets and keys of processes that are gone.
+func sweepStatusDir(dir string) {
+	names, _ := filepath.Glob(filepath.Join(dir, "*.sock"))
+	for _, n := range names {
+		pid, err := strconv.Atoi(strings.TrimSuffix(filepath.Base(n), ".sock"))
+		if err != nil {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); err == syscall.ESRCH {
+			os.Remove(n)
+			os.Remove(strings.TrimSuffix(n, ".sock") + ".key")
+		}
+	}
+}
+
+// serveStatus answers a client of the endpoint.
+func serveStatus(req bootstrap.Request) any {
+	var r statusRequest
+	if len(req.Body) > 0 {
+		if err := json.Unmarshal(req.Body, &r); err != nil {
+			return map[string]string{"error": "malformed status request: " + err.Error()}
+		}
+	}
+	if req.Kind != askStatus {
+		return map[string]string{"error": fmt.Sprintf("unknown request %q (a gocl of another version?)", req.Kind)}
+	}
+	reply := StatusReply{Process: snapshot(r.ID)}
+	if !r.Peers {
+		return reply
+	}
+	registry.mu.Lock()
+	var roots []*Comm
+	for c := range registry.comms {
+		if c.rank == 0 && c.nranks > 1 && (r.ID == "" || commID(c.key) == r.ID) {
+			roots = append(roots, c)
+		}
+	}
+	registry.mu.Unlock()
+	reply.Ranks = map[string][]CommView{}
+	for _, c := range roots {
+		reply.Ranks[commID(c.key)] = c.gather()
+	}
+	return reply
+}
+
+// gather asks every rank of c for its view, at once; rank 0's is its own.
+func (c *Comm) gather() []CommView {
+	out := make([]CommView, c.nranks)
+	var wg sync.WaitGroup
+	for p := range c.nranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { recover() }()
+			if p == c.rank {
+				out[p] = c.ownView()
+				return
+			}
+			var v CommView
+			err := bootstrap.Ask(c.peers[p].Addr, c.secret, time.Now().Add(statusAskWait), bootstrap.NewRequest(askStatus, nil), &v)
+			if err != nil || v.ID == "" {
+				why := "no answer within 1 s: its process is stopped, hung or gone"
+				if err != nil && !isTimeout(err) {
+					why = fmt.Sprintf("no answer: %v", err)
+				}
+				no := false
+				v = CommView{ID: commID(c.key), Rank: p, Size: c.nranks, Pid: c.peers[p].Pid, Host: hostOf(c.peers[p].Addr),
+					Links: []LinkView{}, Error: why, Reachable: &no}
+			}
+			out[p] = v
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// ownView is c's view, for a peer's rank 0 (askStatus on the bootstrap listener).
+func (c *Comm) ownView() CommView {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	if s := registry.comms[c]; s != nil {
+		return c.view(s, time.Now())
+	}
+	return CommView{ID: commID(c.key), Rank: c.rank, Size: c.nranks, Pid: os.Getpid(), Host: hostName,
+		Links: []LinkView{}, Error: "the communicator was destroyed"}
+}
+
+func hostOf(addr string) string {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return h
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
