@@ -247,7 +247,7 @@ func (l *link) TrySend(h *wire.Header, data []byte) (bool, error) {
 		return true, nil
 	}
 	l.Sent.Add(uint64(len(data))) // Finish writes the rest, or Abandon closes the link
-	l.started.sent = int(n) // the lock stays held: the rest must follow
+	l.started.sent = int(n)       // the lock stays held: the rest must follow
 	return false, nil
 }
 
