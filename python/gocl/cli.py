@@ -1,4 +1,4 @@
-"""The ``gocl`` command: ``gocl run`` (launcher), ``gocl version``, ``gocl doctor``, ``gocl perf`` and ``gocl trace``."""
+"""The ``gocl`` command: ``gocl run`` (launcher), ``gocl version``, ``gocl doctor``, ``gocl perf``, ``gocl trace`` and ``gocl status``."""
 
 from __future__ import annotations
 
@@ -119,6 +119,12 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     return trace_main(args.files)
 
 
+def _cmd_status(args: argparse.Namespace) -> int:
+    from .status import main as status_main
+
+    return status_main(json_out=args.json, directory=args.dir, connect=args.connect)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gocl", description="gocl: collective communication in Go (NCCL-shaped)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -169,6 +175,17 @@ def parser() -> argparse.ArgumentParser:
                     "differ between ranks.")
     trace.add_argument("files", nargs="+", help="the ranks' trace files")
     trace.set_defaults(func=_cmd_trace)
+
+    st = sub.add_parser(
+        "status", help="where the running jobs are: each rank's call, whom it waits on and for how long, the straggler",
+        description="Asks every gocl process of this user on this host (their status endpoints, GOCL_STATUS); a "
+                    "process that is rank 0 of a communicator asks its ranks on every host. Prints one row per rank "
+                    "and names the rank the others wait on.")
+    st.add_argument("--json", action="store_true", help="one JSON document instead of the table")
+    st.add_argument("--dir", help="the status directory (default: GOCL_STATUS_DIR, $XDG_RUNTIME_DIR/gocl, /tmp/gocl-UID)")
+    st.add_argument("--connect", metavar="HOST:PORT", help="a TCP endpoint (the job's GOCL_STATUS=tcp:HOST:PORT; "
+                                                            "GOCL_STATUS_TOKEN holds its secret)")
+    st.set_defaults(func=_cmd_status)
     return p
 
 

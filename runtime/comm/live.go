@@ -151,7 +151,8 @@ type CommView struct {
 	Size      int        `json:"size"`
 	Node      int        `json:"node"`
 	Nodes     int        `json:"nodes"`
-	Host      string     `json:"host"`
+	Host      string     `json:"host"` // host name
+	Addr      string     `json:"addr"` // the address its peers reach it at (GOCL_SOCKET_IFNAME's)
 	Pid       int        `json:"pid"`
 	Calls     uint64     `json:"calls"`
 	InCall    bool       `json:"in_call"`
@@ -215,6 +216,7 @@ func snapshot(id string) ProcessView {
 func (c *Comm) view(s *sampled, now time.Time) CommView {
 	edges := c.prog.edges.Load()
 	v := CommView{ID: commID(c.key), Rank: c.rank, Size: c.nranks, Node: c.node, Nodes: c.nnodes, Host: hostName,
+		Addr: hostOf(c.peers[c.rank].Addr),
 		Pid: os.Getpid(), Calls: (edges + 1) / 2, InCall: edges%2 == 1, Timeout: c.timeout.Seconds(), Links: []LinkView{}}
 	since := 0.0
 	if edges == s.edges {

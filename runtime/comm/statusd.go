@@ -207,7 +207,8 @@ func (c *Comm) gather() []CommView {
 					why = fmt.Sprintf("no answer: %v", err)
 				}
 				no := false
-				v = CommView{ID: commID(c.key), Rank: p, Size: c.nranks, Pid: c.peers[p].Pid, Host: hostOf(c.peers[p].Addr),
+				v = CommView{ID: commID(c.key), Rank: p, Size: c.nranks, Pid: c.peers[p].Pid,
+					Host: strings.SplitN(c.peers[p].Host, "/", 2)[0], Addr: hostOf(c.peers[p].Addr), Nodes: c.nnodes,
 					Links: []LinkView{}, Error: why, Reachable: &no}
 			}
 			out[p] = v

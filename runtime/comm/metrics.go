@@ -1,0 +1,413 @@
+package comm
+
+import (
+	"encoding/json"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"gocl/runtime/config"
+	"gocl/runtime/debuglog"
+	"gocl/runtime/tune"
+	"gocl/runtime/version"
+	"gocl/runtime/wire"
+)
+
+// Per-call metrics (GOCL_METRICS_FILE, GOCL_METRICS_PORT): one JSON line per
+// completed collective and send or receive, for dashboards and after-the-
+// fact analysis of a whole run (the flight recorder keeps only the last
+// calls, for post-mortems).
+//
+// The call path pays two clock reads, a lock and a copy of a small struct
+// into a bounded buffer; a background goroutine per communicator formats and
+// writes the lines every metricsEvery, when the buffer is a quarter full,
+// and when the communicator is destroyed or aborted. A call that finds the
+// buffer full drops its record rather than wait: the drops are counted, and
+// the file says how many in a line of its own after each flush that had
+// some (the last such line holds the total), as does a warning at close.
+// With metrics off, c.metrics is nil and the call path pays one branch.
+//
+// The line format is that of NCCL's Inspector profiler plugin (its JSON
+// output, format v4.0: every line carries its own header and metadata),
+// so that tools written for Inspector output read ours. Where a field
+// means the same it has the Inspector's name:
+//
+//	header.id             communicator id (gocl's, as gocl status and gocl trace show it)
+//	header.rank           rank in the communicator
+//	header.n_ranks        ranks in the communicator
+//	header.nnodes         hosts the communicator spans
+//	metadata.inspector_output_format_version  "v4.0"
+//	metadata.git_rev      "gocl VERSION"
+//	metadata.rec_mechanism  "gocl_metrics" (Inspector: "nccl_profiler_interface")
+//	metadata.dump_timestamp_us  when the line was written (unix µs)
+//	metadata.hostname, metadata.pid
+//	coll_perf.coll        AllReduce, AllGather, Broadcast, Reduce, ReduceScatter (NCCL's names); AlltoAll, Gather, Scatter
+//	coll_perf.coll_sn     the call's sequence number on the communicator
+//	coll_perf.coll_msg_size_bytes  bytes: the larger of the send and receive buffers (nccl-tests' size)
+//	coll_perf.coll_exec_time_us    duration in µs, from entering the algorithm to its return (a float: µs matter at 8 B)
+//	coll_perf.coll_timing_source   "collective_cpu" (host wall clock around the whole call)
+//	coll_perf.coll_algobw_gbs      bytes / duration, GB/s (1e9 B)
+//	coll_perf.coll_busbw_gbs       algbw × nccl-tests' bus factor (as gocl perf)
+//	coll_perf.coll_algo, coll_proto  the algorithm and protocol the tuner picked (gocl's names, as GOCL_ALGO spells them)
+//	p2p_perf.p2p          Send or Recv; p2p_sn, p2p_peer, p2p_msg_size_bytes, p2p_exec_time_us,
+//	                      p2p_timing_source, p2p_algobw_gbs, p2p_busbw_gbs as for collectives (bus factor 1)
+//
+// gocl's own fields, which the Inspector does not write, keep its prefix:
+// coll_dtype / p2p_dtype (float32, ...), coll_count / p2p_count (the count
+// argument), coll_start_us / p2p_start_us (unix µs), coll_error /
+// p2p_error (only on a call that failed), p2p_transport. A line with
+// "gocl_metrics_dropped" instead of coll_perf or p2p_perf counts dropped
+// records (Inspector readers skip lines without coll_perf/p2p_perf).
+
+// metricsEvery is how often the writer flushes what the calls recorded.
+const metricsEvery = 500 * time.Millisecond
+
+// metricsBuffer is how many records a communicator holds between flushes.
+const metricsBuffer = 8192
+
+// metricRec is one completed call, as the call path hands it over.
+type metricRec struct {
+	start int64 // unix ns
+	took  int64 // ns
+	bytes int64
+	count uint64
+	seq   uint64
+	err   error
+	peer  int32
+	coll  wire.Coll
+	dtype uint8
+	ch    tune.Choice
+	p2p   bool
+	send  bool
+}
+
+// metricsRecorder takes a communicator's records and writes them.
+type metricsRecorder struct {
+	mu      sync.Mutex
+	buf     []metricRec // filled by the calls
+	closed  bool
+	dropped uint64 // records the full buffer turned away, in all
+
+	kick chan struct{} // a quarter full: flush early
+	stop chan struct{}
+	done chan struct{}
+
+	// the writer goroutine's own
+	spare    []metricRec
+	file     string // "" with only the Prometheus endpoint
+	out      *os.File
+	failed   bool   // the file could not be opened or written: stop trying
+	reported uint64 // drops already said in the file
+	lost     uint64 // records formatted but not written (write errors, a panic)
+	line     []byte
+	head     []byte // `{"header":{...},"metadata":{...,"dump_timestamp_us":`
+	tail     []byte // `,"hostname":...,"pid":N},`
+	prom     *promComm
+
+	// fixed
+	comm          string
+	rank, nranks  int
+	transports    []string // per peer, for p2p lines
+	busFactorColl [wire.SendRecv + 1]float64
+}
+
+// newMetricsRecorder returns the recorder GOCL_METRICS_FILE or
+// GOCL_METRICS_PORT asks for, or nil.
+func newMetricsRecorder(c *Comm) *metricsRecorder {
+	file := strings.TrimSpace(config.String("METRICS_FILE"))
+	prom := startMetricsEndpoint()
+	if file == "" && !prom {
+		return nil
+	}
+	host, _ := os.Hostname()
+	if file != "" {
+		file = strings.ReplaceAll(debuglog.ExpandFileName(strings.ReplaceAll(file, "%r", "\x00"), host, os.Getpid()), "\x00", strconv.Itoa(c.rank))
+	}
+	m := &metricsRecorder{
+		buf: make([]metricRec, 0, metricsBuffer), spare: make([]metricRec, 0, metricsBuffer),
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		file: file, comm: commID(c.key), rank: c.rank, nranks: c.nranks, transports: make([]string, c.nranks),
+	}
+	for p, l := range c.links {
+		if l != nil {
+			m.transports[p] = l.Name()
+		}
+	}
+	for coll := range m.busFactorColl {
+		m.busFactorColl[coll] = busFactor(wire.Coll(coll), c.nranks)
+	}
+	str := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	m.head = []byte(`{"header":{"id":` + str(m.comm) + `,"rank":` + strconv.Itoa(c.rank) + `,"n_ranks":` + strconv.Itoa(c.nranks) +
+		`,"nnodes":` + strconv.Itoa(c.nnodes) + `},"metadata":{"inspector_output_format_version":"v4.0","git_rev":` +
+		str("gocl "+version.String) + `,"rec_mechanism":"gocl_metrics","dump_timestamp_us":`)
+	m.tail = []byte(`,"hostname":` + str(host) + `,"pid":` + strconv.Itoa(os.Getpid()) + `},`)
+	if prom {
+		m.prom = promRegister(m.comm, c.rank, c.nranks)
+	}
+	go m.run()
+	return m
+}
+
+// busFactor is nccl-tests' bus bandwidth factor (bench/perf_common.h).
+func busFactor(coll wire.Coll, n int) float64 {
+	switch coll {
+	case wire.AllReduce:
+		return 2 * float64(n-1) / float64(n)
+	case wire.AllGather, wire.ReduceScatter, wire.AlltoAll, wire.Gather, wire.Scatter:
+		return float64(n-1) / float64(n)
+	}
+	return 1
+}
+
+// add hands a completed call to the writer; it never waits for it.
+func (m *metricsRecorder) add(r *metricRec) {
+	m.mu.Lock()
+	if len(m.buf) < cap(m.buf) && !m.closed {
+		m.buf = append(m.buf, *r)
+		if len(m.buf) == cap(m.buf)/4 {
+			select {
+			case m.kick <- struct{}{}:
+			default:
+			}
+		}
+	} else {
+		m.dropped++
+	}
+	m.mu.Unlock()
+}
+
+// coll records a collective that started at start.
+func (m *metricsRecorder) coll(hdr *wire.Header, ch tune.Choice, bytes int, start time.Time, err error) {
+	r := metricRec{start: start.UnixNano(), took: int64(time.Since(start)), bytes: int64(bytes), count: hdr.Count,
+		seq: hdr.Seq, err: err, peer: -1, coll: hdr.Coll, dtype: hdr.Dtype, ch: ch}
+	m.add(&r)
+}
+
+// p2p records a send or a receive.
+func (m *metricsRecorder) p2p(hdr *wire.Header, send bool, peer, bytes int, start time.Time, err error) {
+	r := metricRec{start: start.UnixNano(), took: int64(time.Since(start)), bytes: int64(bytes), count: hdr.Count,
+		seq: hdr.Seq, err: err, peer: int32(peer), coll: wire.SendRecv, dtype: hdr.Dtype, p2p: true, send: send}
+	m.add(&r)
+}
+
+// close flushes what is left and stops the writer; the communicator's
+// destroy and abort call it. It waits for the writer at most a few seconds
+// (a file on a stuck network mount must not hang destroy).
+func (m *metricsRecorder) close() {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.closed = true
+	m.mu.Unlock()
+	close(m.stop)
+	select {
+	case <-m.done:
+	case <-time.After(5 * time.Second):
+		debuglog.Warnf(debuglog.Init, m.rank, "metrics: the writer of %s did not finish in 5 s; its last records may be missing", m.file)
+	}
+}
+
+// run is the writer goroutine.
+func (m *metricsRecorder) run() {
+	defer close(m.done)
+	t := time.NewTicker(metricsEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.kick:
+		case <-t.C:
+		case <-m.stop:
+			m.flush()
+			m.finish()
+			return
+		}
+		m.flush()
+	}
+}
+
+// flush writes the records taken since the last flush. A panic here (a bug)
+// loses the batch, never the process: the writer goroutine is ours, and a
+// panic in it would kill the program that called through the C API.
+func (m *metricsRecorder) flush() {
+	m.mu.Lock()
+	batch := m.buf
+	m.buf, m.spare = m.spare[:0], nil
+	dropped := m.dropped
+	m.mu.Unlock()
+	defer func() {
+		if r := recover(); r != nil {
+			m.lost += uint64(len(batch))
+			debuglog.Warnf(debuglog.Init, m.rank, "metrics: writer panic (%v); %d records lost", r, len(batch))
+		}
+		m.spare = batch[:0]
+	}()
+	if m.prom != nil {
+		m.prom.count(batch)
+		m.prom.dropped.Store(dropped)
+	}
+	if m.file == "" || m.failed || (len(batch) == 0 && dropped == m.reported) {
+		return
+	}
+	now := time.Now().UnixMicro()
+	b := m.line[:0]
+	for i := range batch {
+		b = m.format(b, &batch[i], now)
+	}
+	if dropped != m.reported {
+		b = m.dropLine(b, dropped, now)
+	}
+	m.line = b
+	if err := m.write(b); err != nil {
+		m.lost += uint64(len(batch))
+		m.failed = true
+		debuglog.Warnf(debuglog.Init, m.rank, "metrics: %v; no more records will be written", err)
+		return
+	}
+	m.reported = dropped
+	if cap(m.line) > 4<<20 {
+		m.line = nil // do not keep a burst's buffer
+	}
+}
+
+// write appends b to the file in one write, so that ranks and communicators
+// sharing a file do not interleave their lines.
+func (m *metricsRecorder) write(b []byte) error {
+	if m.out == nil {
+		f, err := os.OpenFile(m.file, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			return err
+		}
+		m.out = f
+	}
+	_, err := m.out.Write(b)
+	return err
+}
+
+// finish closes the file, and warns if records were dropped or lost.
+func (m *metricsRecorder) finish() {
+	if m.out != nil {
+		m.out.Close()
+	}
+	if m.prom != nil {
+		promUnregister(m.prom)
+	}
+	m.mu.Lock()
+	dropped := m.dropped
+	m.mu.Unlock()
+	if dropped > 0 || m.lost > 0 {
+		debuglog.Warnf(debuglog.Init, m.rank, "metrics: %d records dropped (the writer fell behind the calls) and %d lost to write errors; %s is missing them",
+			dropped, m.lost, m.file)
+	}
+}
+
+func (m *metricsRecorder) prefix(b []byte, now int64) []byte {
+	b = append(b, m.head...)
+	b = strconv.AppendInt(b, now, 10)
+	return append(b, m.tail...)
+}
+
+// dropLine says how many records were dropped so far.
+func (m *metricsRecorder) dropLine(b []byte, dropped uint64, now int64) []byte {
+	b = m.prefix(b, now)
+	b = append(b, `"gocl_metrics_dropped":`...)
+	b = strconv.AppendUint(b, dropped, 10)
+	return append(b, "}\n"...)
+}
+
+// Names of the collectives in the Inspector's spelling (NCCL's ncclFunc
+// names; gocl's alltoall, gather and scatter after NCCL 2.28's API names).
+var inspectorColl = [...]string{wire.AllReduce: "AllReduce", wire.Broadcast: "Broadcast", wire.Reduce: "Reduce",
+	wire.AllGather: "AllGather", wire.ReduceScatter: "ReduceScatter", wire.AlltoAll: "AlltoAll",
+	wire.Gather: "Gather", wire.Scatter: "Scatter", wire.SendRecv: "SendRecv"}
+
+// format appends r's line.
+func (m *metricsRecorder) format(b []byte, r *metricRec, now int64) []byte {
+	b = m.prefix(b, now)
+	us := float64(r.took) / 1e3
+	var algbw float64
+	if r.took > 0 {
+		algbw = float64(r.bytes) / float64(r.took) // B/ns = GB/s
+	}
+	busbw := algbw
+	p := "coll_"
+	if r.p2p {
+		p = "p2p_"
+		b = append(b, `"p2p_perf":{"p2p":"Recv`...)
+		if r.send {
+			b = b[:len(b)-4]
+			b = append(b, "Send"...)
+		}
+		b = append(b, `","p2p_sn":`...)
+		b = strconv.AppendUint(b, r.seq, 10)
+		b = append(b, `,"p2p_peer":`...)
+		b = strconv.AppendInt(b, int64(r.peer), 10)
+	} else {
+		busbw *= m.busFactorColl[r.coll]
+		name := "?"
+		if int(r.coll) < len(inspectorColl) && inspectorColl[r.coll] != "" {
+			name = inspectorColl[r.coll]
+		}
+		b = append(b, `"coll_perf":{"coll":"`...)
+		b = append(b, name...)
+		b = append(b, `","coll_sn":`...)
+		b = strconv.AppendUint(b, r.seq, 10)
+	}
+	b = append(b, `,"`...)
+	b = append(b, p...)
+	b = append(b, `msg_size_bytes":`...)
+	b = strconv.AppendInt(b, r.bytes, 10)
+	b = append(b, `,"`...)
+	b = append(b, p...)
+	b = append(b, `exec_time_us":`...)
+	b = strconv.AppendFloat(b, us, 'f', 3, 64)
+	b = append(b, `,"`...)
+	b = append(b, p...)
+	b = append(b, `timing_source":"collective_cpu","`...)
+	b = append(b, p...)
+	b = append(b, `algobw_gbs":`...)
+	b = strconv.AppendFloat(b, algbw, 'f', 6, 64)
+	b = append(b, `,"`...)
+	b = append(b, p...)
+	b = append(b, `busbw_gbs":`...)
+	b = strconv.AppendFloat(b, busbw, 'f', 6, 64)
+	if r.p2p {
+		b = append(b, `,"p2p_transport":"`...)
+		if int(r.peer) < len(m.transports) && r.peer >= 0 {
+			b = append(b, m.transports[r.peer]...) // transport names are plain words
+		}
+		b = append(b, '"')
+	} else {
+		b = append(b, `,"coll_algo":"`...)
+		b = append(b, r.ch.Algo.String()...)
+		b = append(b, `","coll_proto":"`...)
+		b = append(b, r.ch.Proto.String()...)
+		b = append(b, '"')
+	}
+	b = append(b, `,"`...)
+	b = append(b, p...)
+	b = append(b, `dtype":"`...)
+	b = append(b, wire.DtypeName(r.dtype)...)
+	b = append(b, `","`...)
+	b = append(b, p...)
+	b = append(b, `count":`...)
+	b = strconv.AppendUint(b, r.count, 10)
+	b = append(b, `,"`...)
+	b = append(b, p...)
+	b = append(b, `start_us":`...)
+	b = strconv.AppendInt(b, r.start/1e3, 10)
+	if r.err != nil {
+		msg, _ := json.Marshal(r.err.Error())
+		b = append(b, `,"`...)
+		b = append(b, p...)
+		b = append(b, `error":`...)
+		b = append(b, msg...)
+	}
+	return append(b, "}}\n"...)
+}

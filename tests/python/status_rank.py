@@ -1,0 +1,26 @@
+"""A rank of test_status.py's jobs: all-reduces until DIR/stop appears, then
+checks the communicator still works and exits 0.
+
+    status_rank.py DIR
+"""
+
+import os
+import sys
+import time
+
+import numpy as np
+
+import gocl
+
+stop = os.path.join(sys.argv[1], "stop")
+with gocl.Communicator.from_env(timeout=120) as c:
+    x = np.ones(4096, np.float32)
+    open(os.path.join(sys.argv[1], f"up-{c.rank}"), "w").close()
+    while True:
+        c.all_reduce(x)
+        if c.all_reduce(np.array([os.path.exists(stop)], np.int32))[0]:  # every rank stops at the same call
+            break
+        time.sleep(0.001)
+    y = c.all_reduce(np.ones(3, np.float64))
+    assert (y == c.size).all(), y
+print("done", flush=True)
