@@ -274,3 +274,38 @@ def test_mpirun_across_two_hosts(tmp_path):
     assert hosts["0"] == hosts["1"] != hosts["2"] == hosts["3"], f"ranks 0,1 on one host, 2,3 on the other: {out}"
     losses = {b: launched.losses(run([str(tmp_path / "train.py"), b]), ranks=4) for b in ("gocl", "gloo")}
     assert losses["gocl"] == pytest.approx(losses["gloo"], rel=1e-6), losses
+
+
+def test_gocl_status_on_host_0_reaches_every_rank(tmp_path):
+    """2 hosts x 2 ranks, each host with a status directory of its own:
+    `gocl status` on host 0 asks the processes there, and rank 0 asks the
+    ranks of host 1 over their bootstrap listeners."""
+    status_rank = str(HERE / "status_rank.py")
+    with netns.two_hosts("st") as hosts:
+        procs = []
+        for k, h in enumerate(hosts):
+            env = _env(GOCL_SOCKET_IFNAME=netns.IFNAME, GOCL_TIMEOUT="60", GOCL_STATUS_DIR=str(tmp_path / f"st{k}"))
+            procs.append(subprocess.Popen(
+                h.cmd([str(BIN / "gocl"), "run", "--nnodes", "2", "--node-rank", str(k), "--master-addr",
+                       hosts[0].addr, "--master-port", str(PORT), "-n", "2", status_rank, str(tmp_path)]),
+                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        try:
+            end = time.monotonic() + 90
+            while not all((tmp_path / f"up-{r}").exists() for r in range(4)):
+                assert time.monotonic() < end and all(p.poll() is None for p in procs), [p.poll() for p in procs]
+                time.sleep(0.05)
+            assert {p.stem for p in (tmp_path / "st0").glob("*.sock")} and len(list((tmp_path / "st0").glob("*.sock"))) == 2
+            r = subprocess.run(hosts[0].cmd([str(BIN / "gocl"), "status", "--json", "--dir", str(tmp_path / "st0")]),
+                               env=_env(), capture_output=True, text=True, timeout=60)
+            doc = json.loads(r.stdout)
+            (comm,) = doc["communicators"]
+            ranks = comm["ranks"]
+            assert [v["rank"] for v in ranks] == [0, 1, 2, 3] and all(v.get("reachable") is not False for v in ranks), doc
+            assert [v["addr"] for v in ranks] == [hosts[0].addr] * 2 + [hosts[1].addr] * 2, doc
+            assert all(v["nodes"] == 2 for v in ranks), doc
+            transports = {(v["rank"], link["peer"]): link["transport"] for v in ranks for link in v["links"]}
+            assert transports[(0, 2)] == "socket" and transports[(0, 1)] == "shm", transports
+        finally:
+            (tmp_path / "stop").write_text("")
+            outs = [p.communicate(timeout=90)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
