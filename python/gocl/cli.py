@@ -1,4 +1,4 @@
-"""The ``gocl`` command: ``gocl run`` (launcher), ``gocl version``, ``gocl doctor``, ``gocl perf``, ``gocl trace`` and ``gocl status``."""
+"""The ``gocl`` command: ``gocl run`` (launcher), ``gocl version``, ``gocl doctor``, ``gocl perf``, ``gocl trace``, ``gocl status`` and ``gocl top``."""
 
 from __future__ import annotations
 
@@ -125,6 +125,12 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return status_main(json_out=args.json, directory=args.dir, connect=args.connect)
 
 
+def _cmd_top(args: argparse.Namespace) -> int:
+    from .top import main as top_main
+
+    return top_main(interval=args.interval, once=args.once, directory=args.dir, connect=args.connect)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gocl", description="gocl: collective communication in Go (NCCL-shaped)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -186,6 +192,18 @@ def parser() -> argparse.ArgumentParser:
     st.add_argument("--connect", metavar="HOST:PORT", help="a TCP endpoint (the job's GOCL_STATUS=tcp:HOST:PORT; "
                                                             "GOCL_STATUS_TOKEN holds its secret)")
     st.set_defaults(func=_cmd_status)
+
+    top = sub.add_parser(
+        "top", help="gocl status live: a terminal view refreshed every second, the straggler highlighted, GPUs (NVML)",
+        description="Asks the processes as gocl status does, every --interval seconds, and shows each communicator's "
+                    "ranks, the straggler in reverse video (and marked *, << STRAGGLER), and each GPU's utilisation "
+                    "and memory when NVML is present. Keys: q quits, p pauses, arrows/PgUp/PgDn scroll.")
+    top.add_argument("--interval", type=float, default=1.0, help="seconds between looks (default 1)")
+    top.add_argument("--once", action="store_true", help="print one frame as plain text and exit (also when stdout "
+                                                          "is not a terminal)")
+    top.add_argument("--dir", help="the status directory (as gocl status)")
+    top.add_argument("--connect", metavar="HOST:PORT", help="a TCP endpoint (as gocl status)")
+    top.set_defaults(func=_cmd_top)
     return p
 
 

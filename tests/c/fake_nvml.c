@@ -14,6 +14,10 @@
  *   FAKE_NVML_DRIVER   driver version (default "580.82.07")
  *   FAKE_NVML_CUDA     CUDA driver version (default 13000)
  *   FAKE_NVML_INIT_RC  nvmlInit_v2's return code (default 0); nonzero: init fails
+ *   FAKE_NVML_UTIL     per GPU, in order, "gpu,memory;..." percents for nvmlDeviceGetUtilizationRates
+ *                      (default 0,0)
+ *   FAKE_NVML_MEM      per GPU, in order, "usedMiB,totalMiB;..." for nvmlDeviceGetMemoryInfo
+ *                      (default 0,81920)
  * Any function other than nvmlInit_v2 called without a successful init
  * (before one, after a failed one, or after the last nvmlShutdown) calls
  * abort(): the reader must never do that, and the crash makes it visible.
@@ -34,6 +38,8 @@ typedef struct {
   int brand;
   char bus_id[32];
   unsigned int domain, bus, device;
+  unsigned int util_gpu, util_mem;
+  unsigned long long mem_used, mem_total; /* bytes */
 } fake_gpu;
 
 /* nvmlPciInfo_t's layout, written out here on its own. */
@@ -42,6 +48,15 @@ typedef struct {
   unsigned int domain, bus, device, pci_device_id, pci_subsystem_id;
   char bus_id[32];
 } fake_pci_info;
+
+/* nvmlUtilization_t's and nvmlMemory_t's layouts. */
+typedef struct {
+  unsigned int gpu, memory;
+} fake_utilization;
+
+typedef struct {
+  unsigned long long total, free, used;
+} fake_memory;
 
 static fake_gpu gpus[MAX_GPUS];
 static int ngpus;
@@ -110,6 +125,30 @@ int nvmlInit_v2(void) {
     char* copy = strdup(spec);
     char* save = NULL;
     for (char* e = strtok_r(copy, ";", &save); e != NULL; e = strtok_r(NULL, ";", &save)) parse_gpu(e);
+    free(copy);
+  }
+  for (int i = 0; i < ngpus; i++) gpus[i].mem_total = 81920ULL << 20;
+  const char* util = getenv("FAKE_NVML_UTIL");
+  if (util != NULL) {
+    char* copy = strdup(util);
+    char* save = NULL;
+    int i = 0;
+    for (char* e = strtok_r(copy, ";", &save); e != NULL && i < ngpus; e = strtok_r(NULL, ";", &save), i++)
+      sscanf(e, "%u,%u", &gpus[i].util_gpu, &gpus[i].util_mem);
+    free(copy);
+  }
+  const char* mem = getenv("FAKE_NVML_MEM");
+  if (mem != NULL) {
+    char* copy = strdup(mem);
+    char* save = NULL;
+    int i = 0;
+    for (char* e = strtok_r(copy, ";", &save); e != NULL && i < ngpus; e = strtok_r(NULL, ";", &save), i++) {
+      unsigned long long used = 0, total = 0;
+      if (sscanf(e, "%llu,%llu", &used, &total) == 2) {
+        gpus[i].mem_used = used << 20;
+        gpus[i].mem_total = total << 20;
+      }
+    }
     free(copy);
   }
   p2p_status = env_int("FAKE_NVML_P2P", 0);
@@ -197,5 +236,22 @@ int nvmlDeviceGetP2PStatus(void* dev1, void* dev2, int caps_index, int* status) 
   if (status == NULL || a == b || caps_index < 0 || caps_index > 4) return ERR_INVALID_ARGUMENT;
   if (p2p_rc != SUCCESS) return p2p_rc;
   *status = p2p_status;
+  return SUCCESS;
+}
+
+int nvmlDeviceGetUtilizationRates(void* dev, fake_utilization* u) {
+  fake_gpu* g = device(dev, "nvmlDeviceGetUtilizationRates");
+  if (u == NULL) return ERR_INVALID_ARGUMENT;
+  u->gpu = g->util_gpu;
+  u->memory = g->util_mem;
+  return SUCCESS;
+}
+
+int nvmlDeviceGetMemoryInfo(void* dev, fake_memory* m) {
+  fake_gpu* g = device(dev, "nvmlDeviceGetMemoryInfo");
+  if (m == NULL) return ERR_INVALID_ARGUMENT;
+  m->total = g->mem_total;
+  m->used = g->mem_used;
+  m->free = g->mem_total - g->mem_used;
   return SUCCESS;
 }
