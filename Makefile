@@ -21,7 +21,7 @@ PYPERF  := python/gocl/_native/gocl-perf
 PERF_SOURCES := bench/gocl_perf.c bench/perf_common.h tests/c/launch.c tests/c/launch.h capi/gocl.h
 DOCTOR_SOURCES := $(shell find cmd/gocl-doctor doctor -type f 2>/dev/null) go.mod $(wildcard go.sum)
 
-.PHONY: help lib run perf test test-go test-race test-c test-python test-engines test-slurm test-lightning test-ray slurm test-torch27 test-torch-upstream test-torch-upstream-short venv pylib fuzz fuzz-short test-reliability bench bench-jax bench-multihost test-torchft torchft-short bench-torchft mpi clean wheels wheel-tools qemu test-sdist
+.PHONY: help lib run perf test test-go test-race test-c test-python test-engines test-slurm test-lightning test-ray slurm tmux test-torch27 test-torch-upstream test-torch-upstream-short venv pylib fuzz fuzz-short test-reliability bench bench-jax bench-multihost test-torchft torchft-short bench-torchft mpi clean wheels wheel-tools qemu test-sdist
 
 help:
 	@echo "make run    - set up .venv, then the main job: examples/ddp_train.py (DDP) on 4 local ranks over gocl and gloo in turn"
@@ -157,7 +157,7 @@ test-c: $(BUILD)/gocl_test $(BUILD)/fork_test $(BUILD)/slack_test $(BUILD)/env_t
 	for n in 1 2 3 4 5; do $(BUILD)/gocl_test -n $$n || exit 1; done
 	$(BUILD)/gocl_test -n 3 --kill-rank 1
 
-test-python: venv $(VENV)/.torchft-installed $(FAKE_NVML) wheel-tools qemu mpi
+test-python: venv $(VENV)/.torchft-installed $(FAKE_NVML) wheel-tools qemu mpi tmux
 	$(PY) -m pytest tests/python -q
 
 # Where users' jobs run (tests/engines): srun tasks as ranks on a throwaway
@@ -286,6 +286,10 @@ bench-torchft: venv $(VENV)/.torchft-installed
 $(VENV)/.torchft-installed: $(VENV)/.gocl-installed
 	$(UV) pip install --python $(PY) -e ".[torchft]"
 	@touch $@
+
+# tmux: test_top.py drives gocl top in it as a person would.
+tmux:
+	command -v tmux >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tmux)
 
 # OpenMPI, the anchor the benchmarks compare against (Debian's packages).
 mpi:
