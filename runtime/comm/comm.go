@@ -72,8 +72,9 @@ type Comm struct {
 	builtin [kernels.NumTypes][kernels.NumOps]atomic.Pointer[kernels.Reducer] // built on first use
 	nextOp  int32
 
-	flight *flightRecorder // nil unless GOCL_TRACE_BUFFER or GOCL_TRACE_FILE is set
-	live   liveCall        // the call it is in, or made last (live.go)
+	flight  *flightRecorder  // nil unless GOCL_TRACE_BUFFER or GOCL_TRACE_FILE is set
+	metrics *metricsRecorder // nil unless GOCL_METRICS_FILE or GOCL_METRICS_PORT is set (metrics.go)
+	live    liveCall         // the call it is in, or made last (live.go)
 
 	// Liveness probes (culprit.go): the bootstrap listener stays open and
 	// answers them until release.
@@ -209,6 +210,7 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 		}
 	}
 	c.flight = newFlightRecorder(c)
+	c.metrics = newMetricsRecorder(c)
 	serving = true // release closes it from now on
 	go bootstrap.Serve(ln, rank, c.secret, c.serve)
 	if err := c.setupTuner(settings); err != nil {
@@ -406,6 +408,7 @@ func (c *Comm) Abort() {
 
 func (c *Comm) release() {
 	unregister(c)
+	c.metrics.close() // flushes: no call runs now
 	c.stateMu.Lock()
 	c.freed = true
 	c.unusable.Store(true)

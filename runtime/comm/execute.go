@@ -101,6 +101,10 @@ func (c *Comm) collective(op *Op) (err error) {
 	sb, rb := c.sizes(op)
 	ch := c.plan.Pick(op.Coll, max(sb, rb))
 	c.live.set(op.Coll, op.Type, ch, 0, -1, x.Hdr.Seq, max(sb, rb))
+	var start time.Time
+	if c.metrics != nil {
+		start = time.Now()
+	}
 	if c.flight != nil {
 		slot := c.flight.begin(flightEntry{hdr: x.Hdr, bytes: max(sb, rb), choice: ch})
 		defer func() { c.flight.end(slot, err) }()
@@ -124,9 +128,12 @@ func (c *Comm) collective(op *Op) (err error) {
 	}
 	if err != nil { // name the call, so logs and messages say which one failed
 		err = c.blame(err)
-		return status.Errorf(status.CodeOf(err), "%s failed on rank %d: %w", x.Hdr.Describe(), c.rank, err)
+		err = status.Errorf(status.CodeOf(err), "%s failed on rank %d: %w", x.Hdr.Describe(), c.rank, err)
 	}
-	return nil
+	if c.metrics != nil {
+		c.metrics.coll(&x.Hdr, ch, max(sb, rb), start, err)
+	}
+	return err
 }
 
 // The algorithms of each collective, by tune.Algo (the tuner picks only
@@ -222,6 +229,10 @@ func (c *Comm) p2p(op *Op) error {
 	}
 	c.live.set(wire.SendRecv, op.Type, tune.Choice{}, flags, peer, h.Seq, op.Count*op.Type.Size())
 	var err error
+	var start time.Time
+	if c.metrics != nil {
+		start = time.Now()
+	}
 	if c.flight != nil {
 		slot := c.flight.begin(flightEntry{hdr: h, send: op.IsSend, peer: peer, bytes: op.Count * op.Type.Size(), via: c.links[peer].Name()})
 		defer func() { c.flight.end(slot, err) }()
@@ -233,9 +244,12 @@ func (c *Comm) p2p(op *Op) error {
 	}
 	if err != nil {
 		err = c.blame(err)
-		return status.Errorf(status.CodeOf(err), "%s #%d to/from rank %d failed on rank %d: %w", op.name(), h.Seq, peer, c.rank, err)
+		err = status.Errorf(status.CodeOf(err), "%s #%d to/from rank %d failed on rank %d: %w", op.name(), h.Seq, peer, c.rank, err)
 	}
-	return nil
+	if c.metrics != nil {
+		c.metrics.p2p(&h, op.IsSend, peer, op.Count*op.Type.Size(), start, err)
+	}
+	return err
 }
 
 // armDeadline bounds every wait of the operation starting now by the

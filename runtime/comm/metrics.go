@@ -1,11 +1,16 @@
 package comm
 
 import (
+	"bufio"
 	"encoding/json"
+	"fmt"
+	"net"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"gocl/runtime/config"
@@ -109,7 +114,7 @@ type metricsRecorder struct {
 	// fixed
 	comm          string
 	rank, nranks  int
-	transports    []string // per peer, for p2p lines
+	transports    []string // per peer, JSON-quoted, for p2p lines
 	busFactorColl [wire.SendRecv + 1]float64
 }
 
@@ -130,15 +135,15 @@ func newMetricsRecorder(c *Comm) *metricsRecorder {
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 		file: file, comm: commID(c.key), rank: c.rank, nranks: c.nranks, transports: make([]string, c.nranks),
 	}
+	str := func(s string) string { b, _ := json.Marshal(s); return string(b) }
 	for p, l := range c.links {
 		if l != nil {
-			m.transports[p] = l.Name()
+			m.transports[p] = str(l.Name())
 		}
 	}
 	for coll := range m.busFactorColl {
 		m.busFactorColl[coll] = busFactor(wire.Coll(coll), c.nranks)
 	}
-	str := func(s string) string { b, _ := json.Marshal(s); return string(b) }
 	m.head = []byte(`{"header":{"id":` + str(m.comm) + `,"rank":` + strconv.Itoa(c.rank) + `,"n_ranks":` + strconv.Itoa(c.nranks) +
 		`,"nnodes":` + strconv.Itoa(c.nnodes) + `},"metadata":{"inspector_output_format_version":"v4.0","git_rev":` +
 		str("gocl "+version.String) + `,"rec_mechanism":"gocl_metrics","dump_timestamp_us":`)
@@ -327,8 +332,14 @@ var inspectorColl = [...]string{wire.AllReduce: "AllReduce", wire.Broadcast: "Br
 	wire.AllGather: "AllGather", wire.ReduceScatter: "ReduceScatter", wire.AlltoAll: "AlltoAll",
 	wire.Gather: "Gather", wire.Scatter: "Scatter", wire.SendRecv: "SendRecv"}
 
+// metricsFormatHook, when set (tests), runs before each line is formatted.
+var metricsFormatHook func(*metricRec)
+
 // format appends r's line.
 func (m *metricsRecorder) format(b []byte, r *metricRec, now int64) []byte {
+	if metricsFormatHook != nil {
+		metricsFormatHook(r)
+	}
 	b = m.prefix(b, now)
 	us := float64(r.took) / 1e3
 	var algbw float64
@@ -349,10 +360,10 @@ func (m *metricsRecorder) format(b []byte, r *metricRec, now int64) []byte {
 		b = append(b, `,"p2p_peer":`...)
 		b = strconv.AppendInt(b, int64(r.peer), 10)
 	} else {
-		busbw *= m.busFactorColl[r.coll]
 		name := "?"
 		if int(r.coll) < len(inspectorColl) && inspectorColl[r.coll] != "" {
 			name = inspectorColl[r.coll]
+			busbw *= m.busFactorColl[r.coll]
 		}
 		b = append(b, `"coll_perf":{"coll":"`...)
 		b = append(b, name...)
@@ -378,11 +389,12 @@ func (m *metricsRecorder) format(b []byte, r *metricRec, now int64) []byte {
 	b = append(b, `busbw_gbs":`...)
 	b = strconv.AppendFloat(b, busbw, 'f', 6, 64)
 	if r.p2p {
-		b = append(b, `,"p2p_transport":"`...)
-		if int(r.peer) < len(m.transports) && r.peer >= 0 {
-			b = append(b, m.transports[r.peer]...) // transport names are plain words
+		b = append(b, `,"p2p_transport":`...)
+		if int(r.peer) < len(m.transports) && r.peer >= 0 && m.transports[r.peer] != "" {
+			b = append(b, m.transports[r.peer]...) // JSON-quoted already
+		} else {
+			b = append(b, `"self"`...)
 		}
-		b = append(b, '"')
 	} else {
 		b = append(b, `,"coll_algo":"`...)
 		b = append(b, r.ch.Algo.String()...)
@@ -410,4 +422,207 @@ func (m *metricsRecorder) format(b []byte, r *metricRec, now int64) []byte {
 		b = append(b, msg...)
 	}
 	return append(b, "}}\n"...)
+}
+
+// The Prometheus endpoint (GOCL_METRICS_PORT): the process's counters per
+// communicator and op, in Prometheus' text exposition format at /metrics.
+// The writer goroutines add to them at each flush, so serving costs the
+// calls nothing.
+var promState struct {
+	once  sync.Once
+	on    bool
+	ln    net.Listener // tests close it
+	mu    sync.Mutex
+	comms map[*promComm]bool
+}
+
+// promComm is one communicator's counters.
+type promComm struct {
+	comm         string
+	rank, nranks int
+	mu           sync.Mutex
+	ops          map[string]*promOp
+	dropped      atomic.Uint64
+}
+
+type promOp struct {
+	calls, bytes, errors uint64
+	seconds              float64
+}
+
+// startMetricsEndpoint starts the endpoint once per process, if
+// GOCL_METRICS_PORT asks for it, and says whether it runs.
+func startMetricsEndpoint() bool {
+	promState.once.Do(func() {
+		addr := strings.TrimSpace(config.String("METRICS_PORT"))
+		if addr == "" || addr == "0" {
+			return
+		}
+		if !strings.Contains(addr, ":") {
+			addr = ":" + addr
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			debuglog.Warnf(debuglog.Init, -1, "metrics endpoint off: %v (GOCL_METRICS_PORT=%s)", err, addr)
+			return
+		}
+		promState.on, promState.ln = true, ln
+		promState.comms = map[*promComm]bool{}
+		go acceptMetrics(ln)
+		debuglog.Infof(debuglog.Init, -1, "metrics endpoint on http://%s/metrics", ln.Addr())
+	})
+	return promState.on
+}
+
+func promRegister(comm string, rank, nranks int) *promComm {
+	p := &promComm{comm: comm, rank: rank, nranks: nranks, ops: map[string]*promOp{}}
+	promState.mu.Lock()
+	promState.comms[p] = true
+	promState.mu.Unlock()
+	return p
+}
+
+// promUnregister drops a destroyed communicator's counters.
+func promUnregister(p *promComm) {
+	promState.mu.Lock()
+	delete(promState.comms, p)
+	promState.mu.Unlock()
+}
+
+// count adds a batch of records to the counters.
+func (p *promComm) count(batch []metricRec) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := range batch {
+		r := &batch[i]
+		name := "Recv"
+		switch {
+		case r.p2p && r.send:
+			name = "Send"
+		case !r.p2p && int(r.coll) < len(inspectorColl) && inspectorColl[r.coll] != "":
+			name = inspectorColl[r.coll]
+		}
+		o := p.ops[name]
+		if o == nil {
+			o = &promOp{}
+			p.ops[name] = o
+		}
+		o.calls++
+		o.bytes += uint64(r.bytes)
+		o.seconds += float64(r.took) / 1e9
+		if r.err != nil {
+			o.errors++
+		}
+	}
+}
+
+// acceptMetrics answers the endpoint's connections. It speaks just enough
+// HTTP/1.x for a scraper (GET /metrics, one request a connection) instead
+// of using net/http, which with crypto/tls would add 5 MB to libgocl.so
+// and its package initialisation to every program that loads it.
+func acceptMetrics(ln net.Listener) {
+	defer func() { recover() }() // a goroutine of ours never takes the process down
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				continue
+			}
+			return
+		}
+		go serveMetricsConn(conn)
+	}
+}
+
+// serveMetricsConn reads one request (bounded in size and time) and answers it.
+func serveMetricsConn(conn net.Conn) {
+	defer func() { recover() }()
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	r := bufio.NewReaderSize(conn, 4096)
+	request, err := r.ReadSlice('\n')
+	if err != nil {
+		return
+	}
+	fields := strings.Fields(string(request))
+	for n := 0; ; n++ { // the headers, unread
+		line, err := r.ReadSlice('\n')
+		if err != nil || n > 100 {
+			return
+		}
+		if len(strings.TrimSpace(string(line))) == 0 {
+			break
+		}
+	}
+	code, body := "200 OK", ""
+	switch {
+	case len(fields) < 2 || (fields[0] != "GET" && fields[0] != "HEAD"):
+		code, body = "405 Method Not Allowed", "only GET\n"
+	case fields[1] != "/metrics" && fields[1] != "/":
+		code, body = "404 Not Found", "the counters are at /metrics\n"
+	default:
+		body = prometheusText()
+	}
+	head := "HTTP/1.1 " + code + "\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: " +
+		strconv.Itoa(len(body)) + "\r\nConnection: close\r\n\r\n"
+	if len(fields) > 0 && fields[0] == "HEAD" {
+		body = ""
+	}
+	conn.Write([]byte(head + body))
+}
+
+// prometheusText is the counters in Prometheus' text exposition format.
+func prometheusText() string {
+	promState.mu.Lock()
+	comms := make([]*promComm, 0, len(promState.comms))
+	for p := range promState.comms {
+		comms = append(comms, p)
+	}
+	promState.mu.Unlock()
+	sort.Slice(comms, func(i, j int) bool {
+		if comms[i].comm != comms[j].comm {
+			return comms[i].comm < comms[j].comm
+		}
+		return comms[i].rank < comms[j].rank
+	})
+	type row struct {
+		labels string
+		o      promOp
+	}
+	var rows []row
+	var drops []string
+	for _, p := range comms {
+		base := fmt.Sprintf(`comm="%s",rank="%d",nranks="%d"`, p.comm, p.rank, p.nranks)
+		p.mu.Lock()
+		ops := make([]string, 0, len(p.ops))
+		for op := range p.ops {
+			ops = append(ops, op)
+		}
+		sort.Strings(ops)
+		for _, op := range ops {
+			rows = append(rows, row{base + `,op="` + op + `"`, *p.ops[op]})
+		}
+		p.mu.Unlock()
+		drops = append(drops, fmt.Sprintf("gocl_metrics_dropped_total{%s} %d\n", base, p.dropped.Load()))
+	}
+	var b strings.Builder
+	metric := func(name, help string, v func(o *promOp) string) {
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s counter\n", name, help, name)
+		for i := range rows {
+			fmt.Fprintf(&b, "%s{%s} %s\n", name, rows[i].labels, v(&rows[i].o))
+		}
+	}
+	metric("gocl_calls_total", "Completed calls (collectives, sends, receives) per communicator and op.",
+		func(o *promOp) string { return strconv.FormatUint(o.calls, 10) })
+	metric("gocl_bytes_total", "Bytes of the completed calls (the larger of send and receive buffer, as nccl-tests' size).",
+		func(o *promOp) string { return strconv.FormatUint(o.bytes, 10) })
+	metric("gocl_seconds_total", "Seconds spent in the completed calls.",
+		func(o *promOp) string { return strconv.FormatFloat(o.seconds, 'g', -1, 64) })
+	metric("gocl_errors_total", "Calls that failed.",
+		func(o *promOp) string { return strconv.FormatUint(o.errors, 10) })
+	b.WriteString("# HELP gocl_metrics_dropped_total Records the metrics buffer turned away (not in the other counters).\n# TYPE gocl_metrics_dropped_total counter\n")
+	for _, d := range drops {
+		b.WriteString(d)
+	}
+	return b.String()
 }
