@@ -15,6 +15,7 @@ import (
 
 	"gocl/runtime/config"
 	"gocl/runtime/debuglog"
+	"gocl/runtime/transport"
 	"gocl/runtime/tune"
 	"gocl/runtime/version"
 	"gocl/runtime/wire"
@@ -25,11 +26,15 @@ import (
 // fact analysis of a whole run (the flight recorder keeps only the last
 // calls, for post-mortems).
 //
-// The call path pays two clock reads, a lock and a copy of a small struct
-// into a bounded buffer; a background goroutine per communicator formats and
-// writes the lines every metricsEvery, when the buffer is a quarter full,
-// and when the communicator is destroyed or aborted. A call that finds the
-// buffer full drops its record rather than wait: the drops are counted, and
+// The call path pays two monotonic clock reads, a lock and a copy of a
+// small struct into a bounded buffer; a background goroutine per
+// communicator formats and writes the lines every metricsEvery and when the
+// communicator is destroyed or aborted. A call that finds the buffer full
+// drops its record rather than wait. The writer does not flush early when
+// the buffer fills: that bounds its work to metricsBuffer lines per
+// metricsEvery (65536 calls a second per communicator), which at a million
+// 8-byte calls a second took a core from the ranks on a 2-core machine
+// (bench/METRICS_OVERHEAD.md). The drops are counted, and
 // the file says how many in a line of its own after each flush that had
 // some (the last such line holds the total), as does a warning at close.
 // With metrics off, c.metrics is nil and the call path pays one branch.
@@ -69,8 +74,9 @@ import (
 // metricsEvery is how often the writer flushes what the calls recorded.
 const metricsEvery = 500 * time.Millisecond
 
-// metricsBuffer is how many records a communicator holds between flushes.
-const metricsBuffer = 8192
+// metricsBuffer is how many records a communicator holds between flushes
+// (2.5 MiB; twice, the writer's batch and the calls').
+const metricsBuffer = 32768
 
 // metricRec is one completed call, as the call path hands it over.
 type metricRec struct {
@@ -95,7 +101,6 @@ type metricsRecorder struct {
 	closed  bool
 	dropped uint64 // records the full buffer turned away, in all
 
-	kick chan struct{} // a quarter full: flush early
 	stop chan struct{}
 	done chan struct{}
 
@@ -132,7 +137,7 @@ func newMetricsRecorder(c *Comm) *metricsRecorder {
 	}
 	m := &metricsRecorder{
 		buf: make([]metricRec, 0, metricsBuffer), spare: make([]metricRec, 0, metricsBuffer),
-		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		stop: make(chan struct{}), done: make(chan struct{}),
 		file: file, comm: commID(c.key), rank: c.rank, nranks: c.nranks, transports: make([]string, c.nranks),
 	}
 	str := func(s string) string { b, _ := json.Marshal(s); return string(b) }
@@ -171,12 +176,6 @@ func (m *metricsRecorder) add(r *metricRec) {
 	m.mu.Lock()
 	if len(m.buf) < cap(m.buf) && !m.closed {
 		m.buf = append(m.buf, *r)
-		if len(m.buf) == cap(m.buf)/4 {
-			select {
-			case m.kick <- struct{}{}:
-			default:
-			}
-		}
 	} else {
 		m.dropped++
 	}
@@ -185,14 +184,14 @@ func (m *metricsRecorder) add(r *metricRec) {
 
 // coll records a collective that started at start.
 func (m *metricsRecorder) coll(hdr *wire.Header, ch tune.Choice, bytes int, start time.Time, err error) {
-	r := metricRec{start: start.UnixNano(), took: int64(time.Since(start)), bytes: int64(bytes), count: hdr.Count,
+	r := metricRec{start: start.UnixNano(), took: int64(transport.Now().Sub(start)), bytes: int64(bytes), count: hdr.Count,
 		seq: hdr.Seq, err: err, peer: -1, coll: hdr.Coll, dtype: hdr.Dtype, ch: ch}
 	m.add(&r)
 }
 
 // p2p records a send or a receive.
 func (m *metricsRecorder) p2p(hdr *wire.Header, send bool, peer, bytes int, start time.Time, err error) {
-	r := metricRec{start: start.UnixNano(), took: int64(time.Since(start)), bytes: int64(bytes), count: hdr.Count,
+	r := metricRec{start: start.UnixNano(), took: int64(transport.Now().Sub(start)), bytes: int64(bytes), count: hdr.Count,
 		seq: hdr.Seq, err: err, peer: int32(peer), coll: wire.SendRecv, dtype: hdr.Dtype, p2p: true, send: send}
 	m.add(&r)
 }
@@ -226,7 +225,6 @@ func (m *metricsRecorder) run() {
 	defer t.Stop()
 	for {
 		select {
-		case <-m.kick:
 		case <-t.C:
 		case <-m.stop:
 			m.flush()

@@ -219,7 +219,7 @@ func TestMetricsOffDropsAndPanics(t *testing.T) {
 
 	path := filepath.Join(t.TempDir(), "m.jsonl")
 	m := &metricsRecorder{buf: make([]metricRec, 0, 2), spare: make([]metricRec, 0, 2), file: path, rank: 3, nranks: 4, transports: make([]string, 4),
-		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		stop: make(chan struct{}), done: make(chan struct{}),
 		head: []byte(`{"header":{"id":"x","rank":3,"n_ranks":4,"nnodes":1},"metadata":{"dump_timestamp_us":`), tail: []byte(`},`)}
 	for coll := range m.busFactorColl {
 		m.busFactorColl[coll] = busFactor(wire.Coll(coll), 4)
