@@ -100,7 +100,7 @@ func (c *Comm) collective(op *Op) (err error) {
 	}
 	sb, rb := c.sizes(op)
 	ch := c.plan.Pick(op.Coll, max(sb, rb))
-	c.live.set(op.Coll, op.Type, ch, 0, -1, x.Hdr.Seq, max(sb, rb))
+	c.live.set(op.Coll, op.Type, ch, 0, -1, max(sb, rb))
 	var start time.Time
 	if c.metrics != nil {
 		start = transport.Now() // one clock read (a read can cost 0.1-0.3 µs)
@@ -227,7 +227,7 @@ func (c *Comm) p2p(op *Op) error {
 	if op.IsSend {
 		flags |= liveSend
 	}
-	c.live.set(wire.SendRecv, op.Type, tune.Choice{}, flags, peer, h.Seq, op.Count*op.Type.Size())
+	c.live.set(wire.SendRecv, op.Type, tune.Choice{}, flags, peer, op.Count*op.Type.Size())
 	var err error
 	var start time.Time
 	if c.metrics != nil {

@@ -21,44 +21,46 @@ import (
 // the rates of the links, come from a sampler that looks every
 // sampleEvery while the status endpoint is on (statusd.go).
 
-// liveCall is the call a communicator is in, or made last.
-type liveCall struct {
-	what  atomic.Uint64 // coll<<56 | dtype<<48 | algo<<40 | proto<<32 | flags<<24 | peer+1 (24 bits)
-	seq   atomic.Uint64
-	bytes atomic.Uint64
-}
+// liveCall is the call a communicator is in, or made last, in one word so
+// that a call pays one atomic store for it: coll (4 bits), dtype (4), algo
+// (4), proto (2), flags (2), peer+1 (16; 0: none or too large), bytes (32,
+// saturating).
+type liveCall struct{ what atomic.Uint64 }
 
 const (
 	liveP2P  = 1 << 0
 	liveSend = 1 << 1
+	liveMaxB = 1<<32 - 1
 )
 
-func (l *liveCall) set(coll wire.Coll, dtype kernels.DataType, ch tune.Choice, flags, peer int, seq uint64, bytes int) {
-	l.seq.Store(seq)
-	l.bytes.Store(uint64(bytes))
-	l.what.Store(uint64(coll)<<56 | uint64(dtype)<<48 | uint64(ch.Algo)<<40 | uint64(ch.Proto)<<32 |
-		uint64(flags)<<24 | uint64(peer+1)&0xffffff)
+func (l *liveCall) set(coll wire.Coll, dtype kernels.DataType, ch tune.Choice, flags, peer int, bytes int) {
+	p := uint64(0)
+	if peer >= 0 && peer < 0xffff {
+		p = uint64(peer + 1)
+	}
+	l.what.Store(uint64(coll&0xf)<<60 | uint64(dtype&0xf)<<56 | uint64(ch.Algo&0xf)<<52 | uint64(ch.Proto&3)<<50 |
+		uint64(flags&3)<<48 | p<<32 | uint64(min(bytes, liveMaxB)))
 }
 
 // CallView is a call in a status snapshot.
 type CallView struct {
-	Op        string  `json:"op"` // allreduce, ..., send, recv
-	Seq       uint64  `json:"seq"`
+	Op        string  `json:"op"`  // allreduce, ..., send, recv
+	Seq       uint64  `json:"seq"` // which operation of the communicator (1: its first), the same on every rank
 	Dtype     string  `json:"dtype"`
-	Bytes     uint64  `json:"bytes"`
+	Bytes     uint64  `json:"bytes"` // 4294967295: that or more
 	Algorithm string  `json:"algorithm,omitempty"`
 	Protocol  string  `json:"protocol,omitempty"`
 	Peer      *int    `json:"peer,omitempty"`
 	Seconds   float64 `json:"seconds"` // in it so far (current), or since it ended (last), to the sampler's resolution
 }
 
-func (l *liveCall) view() *CallView {
+func (l *liveCall) view(seq uint64) *CallView {
 	w := l.what.Load()
 	if w == 0 {
 		return nil
 	}
-	v := &CallView{Seq: l.seq.Load(), Bytes: l.bytes.Load(), Dtype: kernels.DataType(w >> 48 & 0xff).String()}
-	coll, flags, peer := wire.Coll(w>>56), int(w>>24&0xff), int(w&0xffffff)-1
+	v := &CallView{Seq: seq, Bytes: w & liveMaxB, Dtype: kernels.DataType(w >> 56 & 0xf).String()}
+	coll, flags, peer := wire.Coll(w>>60), int(w>>48&3), int(w>>32&0xffff)-1
 	switch {
 	case flags&liveP2P != 0 && flags&liveSend != 0:
 		v.Op = "send"
@@ -66,7 +68,7 @@ func (l *liveCall) view() *CallView {
 		v.Op = "recv"
 	default:
 		v.Op = coll.String()
-		ch := tune.Choice{Algo: tune.Algo(w >> 40 & 0xff), Proto: tune.Proto(w >> 32 & 0xff)}
+		ch := tune.Choice{Algo: tune.Algo(w >> 52 & 0xf), Proto: tune.Proto(w >> 50 & 3)}
 		v.Algorithm, v.Protocol = ch.Algo.String(), ch.Proto.String()
 	}
 	if peer >= 0 {
@@ -136,9 +138,9 @@ func sample(now time.Time) {
 			}
 			r := &s.links[p]
 			if now.Sub(r.at[1]) >= time.Second-sampleEvery/2 {
-				st := cl.Stats()
+				sent, recvd := transport.Totals(cl.Stats())
 				r.at[0], r.sent[0], r.recvd[0] = r.at[1], r.sent[1], r.recvd[1]
-				r.at[1], r.sent[1], r.recvd[1] = now, st.Sent.Load(), st.Received.Load()
+				r.at[1], r.sent[1], r.recvd[1] = now, sent, recvd
 			}
 		}
 	}
@@ -222,7 +224,7 @@ func (c *Comm) view(s *sampled, now time.Time) CommView {
 	if edges == s.edges {
 		since = now.Sub(s.changed).Seconds()
 	}
-	if call := c.live.view(); call != nil {
+	if call := c.live.view((edges + 1) / 2); call != nil {
 		call.Seconds = since
 		if v.InCall {
 			v.Current = call
@@ -240,12 +242,12 @@ func (c *Comm) view(s *sampled, now time.Time) CommView {
 		lv := LinkView{Peer: p, Transport: l.Name()}
 		if cl, ok := l.(transport.Counted); ok {
 			st := cl.Stats()
-			lv.Sent, lv.Received = st.Sent.Load(), st.Received.Load()
+			lv.Sent, lv.Received = transport.Totals(st)
 			if r := s.links[p]; !r.at[0].IsZero() {
 				dt := r.at[1].Sub(r.at[0]).Seconds()
 				lv.SendBps, lv.RecvBps = float64(r.sent[1]-r.sent[0])/dt, float64(r.recvd[1]-r.recvd[0])/dt
 			}
-			if k, at, ok := st.Waiting(); ok {
+			if k, at, ok := transport.Longest(st); ok {
 				lv.Waiting = &WaitView{Peer: p, For: k.String(), Seconds: now.Sub(at).Seconds()}
 				if v.Waiting == nil || lv.Waiting.Seconds > v.Waiting.Seconds {
 					v.Waiting = lv.Waiting

@@ -79,7 +79,8 @@ def test_status_shows_every_rank_in_its_call(tmp_path):
             assert v["calls"] > 0 and "error" not in v, v
             assert (v.get("current") or v.get("last"))["op"] == "allreduce", v
             assert {link["peer"] for link in v["links"]} == set(range(4)) - {v["rank"]}, v
-            assert all(link["transport"] == "shm" and link["sent"] > 0 for link in v["links"]), v
+            assert all(link["transport"] == "shm" for link in v["links"]), v
+            assert sum(link["sent"] for link in v["links"]) > 0, v  # published every 64 KiB and at waits
         text = job.status().stdout
         assert "communicator " + comm["id"] in text and text.count("allreduce") == 4, text
     finally:

@@ -76,7 +76,7 @@ type pair struct {
 
 // end is one rank's Link.
 type end struct {
-	transport.Stats
+	stats      transport.Stats // the live view's counts (transport.Counted)
 	p          *pair
 	self, peer int
 	me         int // 0 if self < peer
@@ -134,6 +134,9 @@ func Forget(comm string) {
 	regMu.Unlock()
 }
 
+// Stats implements transport.Counted.
+func (e *end) Stats() []*transport.Stats { return []*transport.Stats{&e.stats} }
+
 func (e *end) Name() string { return "inproc" }
 
 // Buffered is false: only two frames fit, whatever their size (the
@@ -171,7 +174,7 @@ func (e *end) failed() error {
 // that says what was waited for. A long wait (a frame above LendMax: its
 // peer is producing or copying it) sleeps without polling.
 func (e *end) await(k transport.WaitKind, bell *transport.Bell, long bool, ready func() bool, failed func() error, what func() string) error {
-	err := transport.AwaitFor(&e.Stats, k, long, bell, e.deadline.Load(), ready, failed)
+	err := transport.AwaitFor(&e.stats, k, long, bell, e.deadline.Load(), ready, failed)
 	if err == transport.ErrExpired {
 		return transport.TimedOut(e.self, e.peer, what())
 	}
@@ -216,7 +219,7 @@ func (e *end) Send(h *wire.Header, data []byte) error {
 	}
 	f.h = *h
 	f.rdv = len(data) > EagerMax
-	e.Sent.Add(uint64(len(data)))
+	e.stats.CountSent(len(data))
 	if !f.rdv {
 		f.data = f.eager(len(data))
 		copy(f.data, data)
@@ -265,7 +268,7 @@ func (e *end) Commit(h *wire.Header) error {
 	f := &e.out.f[e.sent%slots]
 	h.Len = uint64(n)
 	f.h, f.rdv, f.data = *h, false, f.buf[:n]
-	e.Sent.Add(uint64(n))
+	e.stats.CountSent(n)
 	e.publish()
 	return nil
 }
@@ -294,7 +297,7 @@ func (e *end) receive(want *wire.Header, use func(payload []byte)) error {
 	err := transport.CheckFrame(want, &f.h, e.self, e.peer)
 	if err == nil {
 		use(f.data)
-		e.Received.Add(uint64(len(f.data)))
+		e.stats.CountReceived(len(f.data))
 	}
 	e.recvd++
 	d.taken.Store(e.recvd)

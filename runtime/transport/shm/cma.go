@@ -181,7 +181,7 @@ func (l *link) Post(h *wire.Header, data []byte) (bool, error) {
 	}
 	err := l.postCMA(h, data)
 	if err == nil {
-		l.stats.Sent.Add(uint64(len(data)))
+		l.stats.CountSent(len(data))
 	}
 	return true, err
 }

@@ -150,7 +150,6 @@ type pair struct {
 	use        []transport.Link // the channels the communicator agreed to use (UseChannels)
 	useMin     int
 
-	stats     transport.Stats                    // both directions, all channels
 	deadline  atomic.Pointer[transport.Deadline] // own, or the communicator's (ShareDeadline)
 	own       transport.Deadline                 // SetDeadline's
 	closed    atomic.Bool                        // this end closed or aborted
@@ -175,6 +174,8 @@ type link struct {
 	// receiver side
 	rseq    uint64
 	scratch []byte
+
+	stats transport.Stats // this channel's
 }
 
 type piece struct {
@@ -584,13 +585,19 @@ func (l *link) post(p *piece, h *wire.Header, payload []byte) {
 func (l *link) Send(h *wire.Header, data []byte) error {
 	err := l.sendFrame(h, data)
 	if err == nil {
-		l.stats.Sent.Add(uint64(len(data)))
+		l.stats.CountSent(len(data))
 	}
 	return err
 }
 
-// Stats implements transport.Counted: the pair's, whichever channel.
-func (l *link) Stats() *transport.Stats { return &l.stats }
+// Stats implements transport.Counted: one per channel.
+func (l *link) Stats() []*transport.Stats {
+	out := make([]*transport.Stats, len(l.chans))
+	for i, c := range l.chans {
+		out[i] = &c.stats
+	}
+	return out
+}
 
 func (l *link) sendFrame(h *wire.Header, data []byte) error {
 	h.Len = uint64(len(data))
@@ -665,7 +672,7 @@ func (l *link) Commit(h *wire.Header) error {
 		return err
 	}
 	l.post(&p, h, nil)
-	l.stats.Sent.Add(uint64(p.n))
+	l.stats.CountSent(p.n)
 	return nil
 }
 
@@ -869,7 +876,7 @@ func (l *link) frame(want *wire.Header, dst []byte, use func(payload []byte), pi
 		transport.RaceAcquire()
 		l.release(&p)
 		if last {
-			l.stats.Received.Add(uint64(n))
+			l.stats.CountReceived(n)
 			return nil
 		}
 	}

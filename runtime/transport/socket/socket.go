@@ -46,7 +46,7 @@ func ChunkFor(gbs float64) int {
 const StripeMin = 256 << 10
 
 type link struct {
-	transport.Stats
+	stats      transport.Stats // the live view's counts (transport.Counted)
 	conns      []net.Conn
 	raw        []syscall.RawConn
 	writeMu    []sync.Mutex // per connection: frames never interleave
@@ -74,6 +74,9 @@ func New(conns []net.Conn, self, peer int) transport.Link {
 		closed:  make(chan struct{}),
 	}
 }
+
+// Stats implements transport.Counted.
+func (l *link) Stats() []*transport.Stats { return []*transport.Stats{&l.stats} }
 
 func (l *link) Name() string { return "socket" }
 
@@ -189,7 +192,7 @@ func (l *link) Send(h *wire.Header, data []byte) error {
 	})
 	h.Len = uint64(len(data))
 	if err = first(err); err == nil {
-		l.Sent.Add(uint64(len(data)))
+		l.stats.CountSent(len(data))
 	}
 	return err
 }
@@ -243,11 +246,11 @@ func (l *link) TrySend(h *wire.Header, data []byte) (bool, error) {
 		return false, l.wrap(errno, "sending "+h.Describe())
 	case int(n) == wire.HeaderSize+len(data):
 		l.writeMu[0].Unlock()
-		l.Sent.Add(uint64(len(data)))
+		l.stats.CountSent(len(data))
 		return true, nil
 	}
-	l.Sent.Add(uint64(len(data))) // Finish writes the rest, or Abandon closes the link
-	l.started.sent = int(n)       // the lock stays held: the rest must follow
+	l.stats.CountSent(len(data)) // Finish writes the rest, or Abandon closes the link
+	l.started.sent = int(n)      // the lock stays held: the rest must follow
 	return false, nil
 }
 
@@ -291,10 +294,14 @@ func (l *link) Abandon() {
 func (l *link) RecvInto(want *wire.Header, dst []byte) error {
 	want.Len = uint64(len(dst))
 	parts := l.parts(len(dst))
-	return first(each(parts, func(i int) error {
+	err := first(each(parts, func(i int) error {
 		lo, hi := span(len(dst), parts, i)
 		return l.recvPart(i, want, dst[lo:hi])
 	}))
+	if err == nil {
+		l.stats.CountReceived(len(dst)) // here: the parts run at once
+	}
+	return err
 }
 
 func (l *link) RecvWith(want *wire.Header, use func([]byte)) error {
@@ -445,7 +452,7 @@ func (l *link) readFull(i int, buf []byte, spin bool) error {
 			}
 			if !done && !parked {
 				parked = true
-				l.BeginWait(transport.WaitRecv)
+				l.stats.BeginWait(transport.WaitRecv)
 			}
 			return done
 		})
@@ -454,7 +461,7 @@ func (l *link) readFull(i int, buf []byte, spin bool) error {
 		}
 	}
 	if parked {
-		l.EndWait()
+		l.stats.EndWait()
 	}
 	if rerr == io.EOF && got > 0 {
 		rerr = io.ErrUnexpectedEOF
@@ -498,7 +505,6 @@ func (l *link) recvPart(i int, want *wire.Header, dst []byte) error {
 	if err := l.readFull(i, dst, spin); err != nil {
 		return l.wrap(err, "receiving "+want.Describe())
 	}
-	l.Received.Add(uint64(len(dst)))
 	return nil
 }
 
