@@ -30,7 +30,7 @@ func TestLibraryLeavesOutTheDoctorsIO(t *testing.T) {
 	ioOnly := []string{"os/exec", "gocl/doctor/collect", "gocl/doctor/render", "gocl/doctor/nvmlprobe",
 		"github.com/NVIDIA/go-nvml/pkg/nvml"}
 	lib := deps(t, "gocl/capi")
-	if !slices.Contains(lib, "gocl/doctor") || !slices.Contains(lib, "gocl/runtime/defaults") {
+	if !slices.Contains(lib, "gocl/doctor") || !slices.Contains(lib, "gocl/doctor/defaults") {
 		t.Fatalf("gocl/capi no longer links the doctor's judgement: %v", lib)
 	}
 	for _, p := range ioOnly {
@@ -44,5 +44,38 @@ func TestLibraryLeavesOutTheDoctorsIO(t *testing.T) {
 		if !slices.Contains(cmd, p) {
 			t.Errorf("gocl-doctor does not link %s: update this test's list", p)
 		}
+	}
+}
+
+// The runtime knows no doctor: the machine defaults that libgocl.so applies
+// at startup live at the edge (doctor/defaults, called from capi), so no
+// package under runtime/ (nor its tests) links gocl/doctor or any package
+// below it, directly or through another package.
+func TestRuntimeImportsNoDoctor(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH")
+	}
+	cmd := exec.Command(gobin, "list", "-test", "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`, "gocl/runtime/...")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list gocl/runtime/...: %v\n%s", err, out)
+	}
+	runtimePkgs := 0
+	for line := range strings.Lines(string(out)) {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		runtimePkgs++
+		for _, dep := range f[1:] {
+			if dep == "gocl/doctor" || strings.HasPrefix(dep, "gocl/doctor/") {
+				t.Errorf("%s links %s: the runtime knows no doctor (startup defaults live in doctor/defaults, called from capi)", f[0], dep)
+			}
+		}
+	}
+	if runtimePkgs < 10 {
+		t.Fatalf("go list found %d runtime packages: the pattern no longer matches the tree\n%s", runtimePkgs, out)
 	}
 }

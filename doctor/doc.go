@@ -6,7 +6,7 @@
 // libgocl.so applies itself when a rule flags the machine.
 //
 // The package runs no program and renders no text, so libgocl.so links it
-// (runtime/defaults). Gathering facts lives apart: doctor/sysfs reads the
+// (doctor/defaults). Gathering facts lives apart: doctor/sysfs reads the
 // kernel's files (libgocl.so uses it too), doctor/collect runs the Python
 // probes, ldconfig and dmesg, doctor/nvmlprobe reads NVML through go-nvml,
 // and doctor/render writes the text report; only cmd/gocl-doctor imports

@@ -75,7 +75,7 @@ type Rule struct {
 // EnvRule is an environment variable a rule recommends. Mode "append" adds
 // the value to the variable's current content (XLA_FLAGS); the default
 // replaces it. Startup marks a safe transport setting that libgocl applies
-// itself when it starts and the variable is unset (runtime/defaults).
+// itself when it starts and the variable is unset (doctor/defaults).
 type EnvRule struct {
 	Name    string `json:"name"`
 	Value   string `json:"value"`
@@ -249,7 +249,7 @@ func (kb *KB) driverMinimumFor(cuda string) (Version, string, bool) {
 }
 
 // SetAtStartup reports whether one of rules sets variable name at libgocl's
-// startup (runtime/defaults).
+// startup (doctor/defaults).
 func (kb *KB) SetAtStartup(name string, rules []string) bool {
 	for _, id := range rules {
 		if r := kb.Rule(id); r != nil {

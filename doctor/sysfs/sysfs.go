@@ -1,7 +1,7 @@
 // Package sysfs reads the kernel's view of this machine from procfs and
 // sysfs: the OS release, the IOMMU state and groups, the ACS bits of the
 // PCIe ports above each GPU, the NVIDIA device nodes. It only reads files
-// (no subprocess), so libgocl.so may use it at startup (runtime/defaults);
+// (no subprocess), so libgocl.so may use it at startup (doctor/defaults);
 // Root lets tests point it at a fake tree.
 package sysfs
 
@@ -215,7 +215,7 @@ func getenv(name string) string {
 // identity, the environment (environ; nil: the process's now), the OS, NVML
 // through nvml (nil: marked missing) and the kernel's IOMMU/ACS state for
 // the GPUs NVML found. libgocl.so judges these at startup
-// (runtime/defaults); gocl-doctor's collect.Collect adds the rest.
+// (doctor/defaults); gocl-doctor's collect.Collect adds the rest.
 func (s System) LocalFacts(nvml doctor.NVMLCollector, environ []string) *doctor.Facts {
 	if environ == nil {
 		environ = config.Environ()

@@ -212,7 +212,7 @@ func Check() error {
 	return nil
 }
 
-// gocl's own entries in the environment (runtime/defaults): NCCL_ variables
+// gocl's own entries in the environment (doctor/defaults): NCCL_ variables
 // set for NCCL in the same process, which gocl's settings must not fall back
 // to, or a safety setting meant for GPU peer access would move gocl's
 // in-process ranks onto sockets.

@@ -22,7 +22,7 @@ func TestPrecedence(t *testing.T) {
 	}
 }
 
-// A NCCL_ variable gocl set for NCCL (runtime/defaults) is not read back as
+// A NCCL_ variable gocl set for NCCL (doctor/defaults) is not read back as
 // a gocl setting; one the user set still is.
 func TestNoFallbackToGoclsOwnNCCLVariables(t *testing.T) {
 	t.Cleanup(func() {
