@@ -2,10 +2,10 @@
 
 The front ends in ``_frontends`` (a c10d ``Backend`` subclass or a
 ``ProcessGroup`` subclass, depending on the torch version) only forward to
-an :class:`Engine`. Each operation builds a :class:`Task` whose ``issue``
-stages tensors to host memory (see ``_staging``) and makes the gocl calls,
-and whose ``finish`` copies results back; the group's :class:`Executor`
-runs them in order.
+an :class:`Engine`. Each operation builds a :class:`Task` whose
+``issue(stream)`` stages tensors to host memory (see ``_staging``) and
+makes the gocl calls on the stream the group's :class:`Executor` gives it,
+and whose ``finish`` copies results back; the executor runs them in order.
 
 What gocl lacks is built here from what it has:
 
@@ -22,14 +22,12 @@ What gocl lacks is built here from what it has:
 
 from __future__ import annotations
 
-import datetime
 import functools
 import logging
 import os
 import socket
 import sys
 import threading
-import time
 
 import torch
 from torch._C._distributed_c10d import (
@@ -46,7 +44,7 @@ from torch._C._distributed_c10d import (
 )
 
 from .. import _core, _lib, _rendezvous
-from . import _staging, _types
+from . import _monitored_barrier, _staging, _types
 from ._staging import Host, as_bytes, copy_out, direct, overlaps
 from ._work import Executor, GoclWork, Task, completed_work
 
@@ -166,7 +164,6 @@ class Engine:
         self.global_ranks = global_ranks
         self.group_id = group_id
         self.executor = Executor(f"{group_id}:{rank}")
-        self.ops = _Calls(comm, self.executor)
         self._shut = False
         self.seq = 0  # operations issued (torch's "sequence number for group")
         self.store = None  # the group's store (monitored_barrier); set by create()
@@ -192,11 +189,11 @@ class Engine:
         return engine
 
     # ------------------------------------------------------------ helpers
-    def _where(self) -> str:
+    def where(self) -> str:
         return f"group {self.group_id!r} rank {self.rank} (global rank {self.global_ranks[self.rank]})"
 
     def _err(self, what: str) -> ValueError:
-        return ValueError(f"gocl {what} on {self._where()}")
+        return ValueError(f"gocl {what} on {self.where()}")
 
     def _one(self, tensors, what: str):
         if len(tensors) != 1:
@@ -304,19 +301,15 @@ class Engine:
                 _core.check(rc, h)
             return ex.queued(result, keep)
 
-    def _inline_ok(self) -> bool:
-        ex = self.executor
-        return not (ex._p2p or ex._batch is not None or ex._closed)
-
     # ------------------------------------------------------------ allreduce
     def _allreduce_steps(self, t: torch.Tensor, red: _types.Reduction):
         st = {}
         if red.kind == "bitwise":
-            def issue():
+            def issue(stream):
                 h = st["h"] = Host(t)
                 n = h.nbytes
                 tmp = st["tmp"] = torch.empty(self.size * n, dtype=torch.uint8)
-                self.ops.all_gather(h.bytes().data_ptr(), tmp.data_ptr(), n, U8)
+                self.comm.all_gather(h.bytes().data_ptr(), tmp.data_ptr(), n, U8, stream)
 
             def finish():
                 h = st["h"]
@@ -325,11 +318,11 @@ class Engine:
                 h.write_back()
             return issue, finish
 
-        def issue():
+        def issue(stream):
             h = st["h"] = Host(t)
             v = self._red_view(h.t, red)
-            self._reduce_call(red, lambda op: self.ops.all_reduce(v.data_ptr(), v.data_ptr(), v.numel(),
-                                                                   red.gocl_dtype, op))
+            self._reduce_call(red, lambda op: self.comm.all_reduce(v.data_ptr(), v.data_ptr(), v.numel(),
+                                                                   red.gocl_dtype, op, stream))
 
         def finish():
             st["h"].write_back()
@@ -355,7 +348,7 @@ class Engine:
             if (fast and t.layout is _STRIDED and t.is_cpu and t.is_contiguous()
                     and not (t.is_neg() or t.is_conj() or _staging._FORCE)):
                 ex = self.executor
-                if not (ex._p2p or ex._batch is not None or ex._closed):
+                if ex.inline_ok():
                     self.seq += 1
                     p = t.data_ptr()
                     h = self.comm.handle
@@ -419,25 +412,24 @@ class Engine:
             self.comm.all_gather(n.data_ptr(), counts.data_ptr(), 1, _core.INT64)
             outs = [torch.empty((int(c), *x.shape[1:]), dtype=x.dtype) for c in counts]
             issue, finish = self._allgather_list_steps(outs, x)
-            issue()
+            issue(None)
             finish()
             return torch.cat(outs, 0)
 
-        def issue():
+        def issue(_stream):  # every step on the NULL stream: each reads the one before
             s = t.detach().cpu().coalesce()
             idx = gather(s.indices().t())
             val = gather(s.values())
             total = torch.sparse_coo_tensor(idx.t(), val, s.shape).coalesce()
             with torch.no_grad():
                 t.copy_(total.to(t.device))
-        # blocking: its steps read each other's results, so it runs on the NULL stream
         return self._submit(Task("allreduce_sparse", issue, None, [t], blocking=True), opts)
 
     def allreduce_coalesced(self, tensors, opts=None) -> GoclWork:
         opts = opts if opts is not None else AllreduceCoalescedOptions()
         tensors = list(tensors)
         if not tensors:
-            return self._submit(Task("allreduce_coalesced", lambda: None), opts)
+            return self._submit(Task("allreduce_coalesced", lambda stream: None), opts)
         reds = [self._reduction(t.dtype, opts.reduceOp) for t in tensors]
         dtypes = {t.dtype for t in tensors}
         if len(dtypes) == 1 and reds[0].kind != "bitwise" and len(tensors) > 1:
@@ -445,11 +437,11 @@ class Engine:
             red = reds[0]
             st = {}
 
-            def issue():
+            def issue(stream):
                 flat = st["flat"] = torch.cat([t.detach().reshape(-1).cpu() for t in tensors])
                 v = self._red_view(flat, red)
-                self._reduce_call(red, lambda op: self.ops.all_reduce(v.data_ptr(), v.data_ptr(), v.numel(),
-                                                                       red.gocl_dtype, op))
+                self._reduce_call(red, lambda op: self.comm.all_reduce(v.data_ptr(), v.data_ptr(), v.numel(),
+                                                                       red.gocl_dtype, op, stream))
 
             def finish():
                 off = 0
@@ -463,10 +455,10 @@ class Engine:
 
     def _combined(self, name, steps, result, tensors) -> Task:
         """One task running several (issue, finish) pairs inside one gocl group."""
-        def issue():
+        def issue(stream):
             with _core.group():
                 for i, _ in steps:
-                    i()
+                    i(stream)
 
         def finish():
             for _, f in steps:
@@ -481,10 +473,10 @@ class Engine:
         root = self._check_root(opts.rootRank, "broadcast")
         st = {}
 
-        def issue():
+        def issue(stream):
             h = st["h"] = Host(t, read=self.rank == root)
             b = h.bytes()
-            self.ops.broadcast(b.data_ptr(), b.data_ptr(), b.numel(), U8, root)
+            self.comm.broadcast(b.data_ptr(), b.data_ptr(), b.numel(), U8, root, stream)
 
         def finish():
             if self.rank != root:
@@ -496,11 +488,11 @@ class Engine:
         st = {}
         me_root = self.rank == root
         if red.kind == "bitwise":
-            def issue():
+            def issue(stream):
                 h = st["h"] = Host(send)
                 n = h.nbytes
                 tmp = st["tmp"] = torch.empty(self.size * n if me_root else 0, dtype=torch.uint8)
-                self.ops.gather(h.bytes().data_ptr(), tmp.data_ptr() if me_root else None, n, U8, root)
+                self.comm.gather(h.bytes().data_ptr(), tmp.data_ptr() if me_root else None, n, U8, root, stream)
 
             def finish():
                 if me_root:
@@ -508,7 +500,7 @@ class Engine:
                     copy_out(out, res.view(out.shape))
             return issue, finish
 
-        def issue():
+        def issue(stream):
             h = st["h"] = Host(send)
             if out is send or not me_root:
                 o = h
@@ -517,8 +509,8 @@ class Engine:
             st["o"] = o
             sv = self._red_view(h.t, red)
             ov = self._red_view(o.t, red)
-            self._reduce_call(red, lambda op: self.ops.reduce(sv.data_ptr(), ov.data_ptr(), sv.numel(),
-                                                               red.gocl_dtype, op, root))
+            self._reduce_call(red, lambda op: self.comm.reduce(sv.data_ptr(), ov.data_ptr(), sv.numel(),
+                                                               red.gocl_dtype, op, root, stream))
 
         def finish():
             if me_root:
@@ -550,7 +542,7 @@ class Engine:
         n = inp.numel() * inp.element_size()
         st = {}
         if self._same_shape_bytes(outs, inp.dtype, n):
-            def issue():
+            def issue(stream):
                 h = Host(inp)
                 base = self._consecutive(outs, n)
                 if base is None:
@@ -561,7 +553,7 @@ class Engine:
                 if n and p < hi and lo < p + n and p != base + self.rank * n:  # overlapping, not in place
                     h = Host(inp, copy=True)
                 st["h"] = h
-                self.ops.all_gather(h.bytes().data_ptr(), base, n, U8)
+                self.comm.all_gather(h.bytes().data_ptr(), base, n, U8, stream)
 
             def finish():
                 tmp = st.get("tmp")
@@ -577,7 +569,7 @@ class Engine:
             raise self._err("allgather: output tensors must have the input's dtype, and this rank's "
                             "output the input's size")
 
-        def issue():
+        def issue(stream):
             h = st["h"] = Host(inp)
             hs = st["hs"] = [Host(o, read=False) for o in outs]
             with _core.group():
@@ -585,9 +577,9 @@ class Engine:
                     if p == self.rank:
                         continue
                     if n:
-                        self.ops.send(h.bytes().data_ptr(), n, U8, p)
+                        self.comm.send(h.bytes().data_ptr(), n, U8, p, stream)
                     if hs[p].nbytes:
-                        self.ops.recv(hs[p].bytes().data_ptr(), hs[p].nbytes, U8, p)
+                        self.comm.recv(hs[p].bytes().data_ptr(), hs[p].nbytes, U8, p, stream)
             as_bytes(hs[self.rank].t).copy_(h.bytes())
 
         def finish():
@@ -619,21 +611,21 @@ class Engine:
                             f"expected {self.size} x {inp.numel()} {inp.dtype}")
         st = {}
 
-        def issue():
+        def issue(stream):
             o = st["o"] = Host(out, read=False)
             h = Host(inp)
             n = h.nbytes
             if overlaps(h.t, o.t) and h.t.data_ptr() != o.t.data_ptr() + self.rank * n:
                 h = Host(inp, copy=True)
             st["h"] = h
-            self.ops.all_gather(h.bytes().data_ptr(), o.bytes().data_ptr(), n, U8)
+            self.comm.all_gather(h.bytes().data_ptr(), o.bytes().data_ptr(), n, U8, stream)
 
         def finish():
             st["o"].write_back()
         return issue, finish
 
     def all_gather_single(self, output, input, opts=None) -> GoclWork:  # noqa: A002
-        if opts is not None and self._inline_ok() and output.dtype == input.dtype and _host(output) \
+        if opts is not None and self.executor.inline_ok() and output.dtype == input.dtype and _host(output) \
                 and _host(input) and output.numel() == self.size * input.numel():
             n = input.numel() * input.element_size()
             p, q = input.data_ptr(), output.data_ptr()
@@ -657,19 +649,19 @@ class Engine:
         elements of dtype) into out."""
         st = {}
         if red.kind == "bitwise":
-            def issue():
+            def issue(stream):
                 src = src_fill()
                 n = out.numel() * src.element_size()
                 tmp = st["tmp"] = torch.empty(self.size * n, dtype=torch.uint8)
                 st["src"] = src
-                self.ops.all_to_all(as_bytes(src).data_ptr(), tmp.data_ptr(), n, U8)
+                self.comm.all_to_all(as_bytes(src).data_ptr(), tmp.data_ptr(), n, U8, stream)
 
             def finish():
                 res = self._local_reduce(st["tmp"], red, dtype)
                 copy_out(out, res.view(out.shape))
             return issue, finish
 
-        def issue():
+        def issue(stream):
             src = st["src"] = src_fill()
             o = Host(out, read=False)
             if overlaps(src, o.t) and src.data_ptr() + self.rank * o.nbytes != o.t.data_ptr():
@@ -677,8 +669,8 @@ class Engine:
             st["o"] = o
             sv = self._red_view(src, red)
             ov = self._red_view(o.t, red)
-            self._reduce_call(red, lambda op: self.ops.reduce_scatter(sv.data_ptr(), ov.data_ptr(), ov.numel(),
-                                                                       red.gocl_dtype, op))
+            self._reduce_call(red, lambda op: self.comm.reduce_scatter(sv.data_ptr(), ov.data_ptr(), ov.numel(),
+                                                                       red.gocl_dtype, op, stream))
 
         def finish():
             st["o"].write_back()
@@ -692,7 +684,7 @@ class Engine:
         return self._reduce_scatter_flat_steps(out, lambda: Host(inp).t, red, inp.dtype)
 
     def reduce_scatter_single(self, output, input, opts=None) -> GoclWork:  # noqa: A002
-        if opts is not None and self._inline_ok() and output.dtype == input.dtype \
+        if opts is not None and self.executor.inline_ok() and output.dtype == input.dtype \
                 and input.numel() == self.size * output.numel():
             fast = self._native(input.dtype, opts.reduceOp)
             if fast and _host(output) and _host(input):
@@ -738,7 +730,7 @@ class Engine:
         return self._submit(self._combined("reduce_scatter", steps, [out], [out, *ins]), opts)
 
     # ------------------------------------------------------------ all-to-all
-    def _p2p_exchange(self, sends, recvs) -> None:
+    def _p2p_exchange(self, sends, recvs, stream) -> None:
         """Grouped send/recv: sends[p] / recvs[p] are host byte tensors (or
         None) for peer p; this rank's own block is copied locally."""
         with _core.group():
@@ -747,9 +739,9 @@ class Engine:
                     continue
                 s, r = sends[p], recvs[p]
                 if s is not None and s.numel():
-                    self.ops.send(s.data_ptr(), s.numel(), U8, p)
+                    self.comm.send(s.data_ptr(), s.numel(), U8, p, stream)
                 if r is not None and r.numel():
-                    self.ops.recv(r.data_ptr(), r.numel(), U8, p)
+                    self.comm.recv(r.data_ptr(), r.numel(), U8, p, stream)
         s, r = sends[self.rank], recvs[self.rank]
         if s is not None and r is not None and r.numel():
             r.copy_(s)
@@ -767,13 +759,13 @@ class Engine:
                 raise self._err(f"all_to_all_single: {inp.numel()} input and {out.numel()} output elements "
                                 f"do not split evenly over {self.size} ranks")
 
-            def issue():
+            def issue(stream):
                 o = st["o"] = Host(out, read=False)
                 h = Host(inp)
                 if overlaps(h.t, o.t):
                     h = Host(inp, copy=True)
                 st["h"] = h
-                self.ops.all_to_all(h.bytes().data_ptr(), o.bytes().data_ptr(), h.nbytes // self.size, U8)
+                self.comm.all_to_all(h.bytes().data_ptr(), o.bytes().data_ptr(), h.nbytes // self.size, U8, stream)
 
             def finish():
                 st["o"].write_back()
@@ -784,7 +776,7 @@ class Engine:
         in_row = self._row_bytes(inp)
         out_row = self._row_bytes(out)
 
-        def issue():
+        def issue(stream):
             o = st["o"] = Host(out, read=False)
             h = Host(inp)
             if overlaps(h.t, o.t):
@@ -802,7 +794,7 @@ class Engine:
             if sends[self.rank].numel() != recvs[self.rank].numel():
                 raise self._err(f"all_to_all_single: this rank sends itself {sends[self.rank].numel()} bytes "
                                 f"but expects {recvs[self.rank].numel()}")
-            self._p2p_exchange(sends, recvs)
+            self._p2p_exchange(sends, recvs, stream)
 
         def finish():
             st["o"].write_back()
@@ -837,13 +829,13 @@ class Engine:
         st = {}
         n = ins[0].numel() * ins[0].element_size()
         if self._same_shape_bytes(outs + ins, dtype, n):
-            def issue():
+            def issue(stream):
                 src = torch.empty(self.size * n, dtype=torch.uint8)
                 for i, x in enumerate(ins):
                     src[i * n:(i + 1) * n].view(dtype).view(x.shape).copy_(x)
                 dst = st["dst"] = torch.empty(self.size * n, dtype=torch.uint8)
                 st["src"] = src
-                self.ops.all_to_all(src.data_ptr(), dst.data_ptr(), n, U8)
+                self.comm.all_to_all(src.data_ptr(), dst.data_ptr(), n, U8, stream)
 
             def finish():
                 dst = st["dst"]
@@ -851,10 +843,10 @@ class Engine:
                     copy_out(o, dst[i * n:(i + 1) * n].view(dtype).view(o.shape))
             return self._submit(Task("all_to_all", issue, finish, [outs], outs + ins), opts)
 
-        def issue():
+        def issue(stream):
             hs = st["hs"] = [Host(x) for x in ins]
             os_ = st["os"] = [Host(x, read=False) for x in outs]
-            self._p2p_exchange([h.bytes() for h in hs], [o.bytes() for o in os_])
+            self._p2p_exchange([h.bytes() for h in hs], [o.bytes() for o in os_], stream)
 
         def finish():
             for o in st["os"]:
@@ -891,13 +883,13 @@ class Engine:
         outs = self._rooted_list(output_tensors, root, inp, "gather", "output")
         st = {}
 
-        def issue():
+        def issue(stream):
             h = st["h"] = Host(inp)
             if me_root:
                 os_ = st["os"] = [Host(o, read=False) for o in outs]
-                self._p2p_exchange(self._at(self.rank, h.bytes()), [o.bytes() for o in os_])
+                self._p2p_exchange(self._at(self.rank, h.bytes()), [o.bytes() for o in os_], stream)
             else:
-                self._p2p_exchange(self._at(root, h.bytes()), [None] * self.size)
+                self._p2p_exchange(self._at(root, h.bytes()), [None] * self.size, stream)
 
         def finish():
             for o in st.get("os", ()):
@@ -912,13 +904,13 @@ class Engine:
         ins = self._rooted_list(input_tensors, root, out, "scatter", "input")
         st = {}
 
-        def issue():
+        def issue(stream):
             o = st["o"] = Host(out, read=False)
             if me_root:
                 hs = st["hs"] = [Host(x) for x in ins]
-                self._p2p_exchange([h.bytes() for h in hs], self._at(root, o.bytes()))
+                self._p2p_exchange([h.bytes() for h in hs], self._at(root, o.bytes()), stream)
             else:
-                self._p2p_exchange([None] * self.size, self._at(root, o.bytes()))
+                self._p2p_exchange([None] * self.size, self._at(root, o.bytes()), stream)
 
         def finish():
             st["o"].write_back()
@@ -931,9 +923,9 @@ class Engine:
         peer = self._check_peer(dstRank, "send")
         st = {}
 
-        def issue():
+        def issue(stream):
             h = st["h"] = Host(t)
-            self.ops.send(h.bytes().data_ptr(), h.nbytes, U8, peer)
+            self.comm.send(h.bytes().data_ptr(), h.nbytes, U8, peer, stream)
         self.seq += 1
         return self.executor.submit(Task("send", issue, None, [t], [t], p2p=True), async_op=True)
 
@@ -942,9 +934,9 @@ class Engine:
         peer = self._check_peer(srcRank, "recv")
         st = {}
 
-        def issue():
+        def issue(stream):
             h = st["h"] = Host(t, read=False)
-            self.ops.recv(h.bytes().data_ptr(), h.nbytes, U8, peer)
+            self.comm.recv(h.bytes().data_ptr(), h.nbytes, U8, peer, stream)
 
         def finish():
             st["h"].write_back()
@@ -958,7 +950,7 @@ class Engine:
         t = self._one(tensors, "recv")
         st = {}
 
-        def issue():
+        def issue(stream):
             h = st["h"] = Host(t, read=False)
             src = self.comm.recv_any(h.bytes().data_ptr(), h.nbytes, U8)
             work.source = src
@@ -976,65 +968,15 @@ class Engine:
         opts = opts if opts is not None else BarrierOptions()
         flag = torch.zeros(1, dtype=torch.uint8)
 
-        def issue():
-            self.ops.all_reduce(flag.data_ptr(), flag.data_ptr(), 1, U8, _core.MAX)
+        def issue(stream):
+            self.comm.all_reduce(flag.data_ptr(), flag.data_ptr(), 1, U8, _core.MAX, stream)
         return self._submit(Task("barrier", issue, None, [flag]), opts)
 
     def monitored_barrier(self, opts=None, wait_all_ranks: bool = False) -> GoclWork:
-        """gloo's monitored barrier, through the group's store: every rank
-        checks in; rank 0 waits up to the timeout for each and names the
-        ranks that did not arrive (all of them with wait_all_ranks), and
-        every rank gets that error. opts: BarrierOptions (C++ callers) or a
-        timedelta (torch's ProcessGroup route)."""
-        timeout = getattr(opts, "timeout", opts)
-        if not isinstance(timeout, datetime.timedelta) or timeout.total_seconds() < 0:  # unset (C++: -1 ms)
-            timeout = datetime.timedelta(seconds=_rendezvous.default_timeout())
+        """gloo's monitored barrier (see _monitored_barrier)."""
         self.executor.drain()  # a barrier orders everything before it
         self._monitored += 1
-        prefix = f"gocl/monitored_barrier/{self._monitored}"
-        done = f"{prefix}/done"
-        seconds = timeout.total_seconds()
-        if self.rank != 0:
-            self.store.set(f"{prefix}/arrived/{self.rank}", "1")
-            try:
-                self.store.wait([done], max(timeout, datetime.timedelta(milliseconds=1)))
-            except Exception as exc:  # noqa: BLE001
-                raise RuntimeError(f"gocl monitored_barrier: {self._where()} timed out after {seconds:g} s "
-                                   f"waiting for rank 0 to confirm the barrier: {exc}") from exc
-            verdict = self.store.get(done).decode()
-            if verdict != "ok":  # gloo's wording, which callers match
-                raise RuntimeError(f"Rank {self.rank} successfully reached monitoredBarrier, but received errors "
-                                   f"while waiting for send/recv from rank 0: {verdict}")
-            self.barrier().wait()  # rank 0 (maybe the store's server) stays until every rank has read
-            return completed_work([])
-        deadline = time.monotonic() + seconds
-        missing, passed = [], []
-        for r in range(1, self.size):
-            left = deadline - time.monotonic()
-            if left < 0 and not wait_all_ranks:  # rank 0's own time is up (gloo's wording)
-                msg = (f"Rank 0 timed out in monitoredBarrier after {seconds * 1000:.0f} ms.\n"
-                       + (f"Successfully processed ranks: {', '.join(map(str, passed))}" if passed
-                          else "No ranks successfully processed in monitoredBarrier."))
-                self.store.set(done, msg)
-                raise RuntimeError(msg)
-            try:
-                self.store.wait([f"{prefix}/arrived/{r}"], datetime.timedelta(seconds=max(left, 0.001)))
-                passed.append(r)
-            except Exception:  # noqa: BLE001
-                missing.append(r)
-                if not wait_all_ranks:
-                    break
-        if missing:
-            # gloo's wording (group ranks), which callers match; then the global ranks
-            what = "Rank" if len(missing) == 1 else "Ranks"
-            msg = (f"{what} {', '.join(map(str, missing))} failed to pass monitoredBarrier in "
-                   f"{seconds * 1000:.0f} ms (timed out; gocl group {self.group_id!r}, global "
-                   f"rank{'s' if len(missing) > 1 else ''} {', '.join(str(self.global_ranks[r]) for r in missing)})")
-            self.store.set(done, msg)
-            raise RuntimeError(msg)
-        self.store.set(done, "ok")
-        self.barrier().wait()
-        return completed_work([])
+        return _monitored_barrier.run(self, self._monitored, opts, wait_all_ranks)
 
     # ------------------------------------------------------------ coalescing, lifetime
     def start_coalescing(self) -> None:
@@ -1066,18 +1008,9 @@ class Engine:
         aborted = False
         try:
             ex.flush()  # held-back sends and receives go out, as destroying the group promises
-            me = threading.get_ident()
-            for mark, _ in list(ex._inflight):  # in stream order; each launch restarts the grace
-                since, nap = time.monotonic(), 0.0002
-                while not mark.query():
-                    if ex.waiters - {me} and time.monotonic() - since > self._SHUTDOWN_GRACE:
-                        self.comm.abort()
-                        aborted = True
-                        break
-                    time.sleep(nap)
-                    nap = min(2 * nap, 0.005)
-                if aborted:
-                    break
+            if not ex.settle(self._SHUTDOWN_GRACE):
+                self.comm.abort()
+                aborted = True
             try:
                 ex.close()
             except Exception:  # noqa: BLE001
@@ -1098,7 +1031,7 @@ class Engine:
         by gocl's shrink, which works on a group that failed because a rank
         died; this one stays to be shut down."""
         if self._shut:
-            raise RuntimeError(f"gocl shrink on {self._where()}: the group was shut down or aborted")
+            raise RuntimeError(f"gocl shrink on {self.where()}: the group was shut down or aborted")
         comm = self.comm.shrink(list(exclude), flags, timeout=self.comm_timeout)
         keep = [r for r in range(self.size) if r not in set(exclude)]
         group_id = f"{self.group_id}:shrunk"
@@ -1107,44 +1040,6 @@ class Engine:
         if self.store is not None:  # its own keys (monitored_barrier counts from 0 again)
             engine.store = torch.distributed.PrefixStore(f"{group_id}/", self.store)
         return engine
-
-
-class _Calls:
-    """The communicator's calls as a task's issue makes them: on the
-    group's stream while the executor launches an asynchronous call, on
-    the NULL stream otherwise."""
-
-    __slots__ = ("_c", "_ex")
-
-    def __init__(self, comm: _core.Comm, executor: Executor):
-        self._c, self._ex = comm, executor
-
-    def all_reduce(self, send, recv, count, dtype, op):
-        self._c.all_reduce(send, recv, count, dtype, op, self._ex.st)
-
-    def broadcast(self, send, recv, count, dtype, root):
-        self._c.broadcast(send, recv, count, dtype, root, self._ex.st)
-
-    def reduce(self, send, recv, count, dtype, op, root):
-        self._c.reduce(send, recv, count, dtype, op, root, self._ex.st)
-
-    def all_gather(self, send, recv, count, dtype):
-        self._c.all_gather(send, recv, count, dtype, self._ex.st)
-
-    def reduce_scatter(self, send, recv, count, dtype, op):
-        self._c.reduce_scatter(send, recv, count, dtype, op, self._ex.st)
-
-    def all_to_all(self, send, recv, count, dtype):
-        self._c.all_to_all(send, recv, count, dtype, self._ex.st)
-
-    def gather(self, send, recv, count, dtype, root):
-        self._c.gather(send, recv, count, dtype, root, self._ex.st)
-
-    def send(self, buf, count, dtype, peer):
-        self._c.send(buf, count, dtype, peer, self._ex.st)
-
-    def recv(self, buf, count, dtype, peer):
-        self._c.recv(buf, count, dtype, peer, self._ex.st)
 
 
 def debug_enabled() -> bool:

@@ -265,6 +265,27 @@ _OPTIONS = tuple(getattr(c10d, n) for n in (
 _HAS_ASYNC_OP = hasattr(c10d.AllreduceOptions(), "asyncOp")  # torch >= 2.8 tells the backend
 _getframe = sys._getframe
 
+# torch versions whose dist.all_reduce waits only on a Work it gets (``elif
+# work is not None: work.wait()``, which came with asyncOp) and has no other
+# wait: there a synchronous pg.allreduce that is done may return None, which
+# saves building a completed Work (~1.6 us). The upper bound is the newest
+# torch read; test_none_ok_callers_match_torch fails when torch outgrows it.
+_NONE_OK_TORCH = ((2, 8), (2, 15))
+
+
+def _none_ok_callers() -> frozenset:
+    """The code objects of callers of pg.allreduce that take None (torch's
+    all_reduce on the torch versions above; none elsewhere)."""
+    m = re.match(r"(\d+)\.(\d+)", torch.__version__)
+    version = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+    lo, hi = _NONE_OK_TORCH
+    if not (_HAS_ASYNC_OP and lo <= version <= hi):
+        return frozenset()
+    return frozenset({inspect.unwrap(dist.distributed_c10d.all_reduce).__code__})
+
+
+_NONE_OK_CALLERS = _none_ok_callers()
+
 
 def _first_tensor(x):
     while isinstance(x, (list, tuple)):
@@ -360,7 +381,7 @@ class GoclGroup(dist.ProcessGroup):
                     caller = _getframe(1).f_code
                 except ValueError:  # called from C++ on a thread without Python frames (DDP's backward)
                     caller = None
-                return engine.allreduce(tensors, opts, caller is not None and _none_ok_caller(caller))
+                return engine.allreduce(tensors, opts, caller in _NONE_OK_CALLERS)
         if self._routes(args, kwargs):
             return engine.allreduce(*args)
         return super().allreduce(*args, **kwargs)
@@ -424,31 +445,6 @@ class GoclGroup(dist.ProcessGroup):
         if self._routes_p2p(tensors):
             return self._engine.recv_anysource(tensors, *args, **kwargs)
         return super().recv_anysource(tensors, *args, **kwargs)
-
-
-_none_ok: dict = {}  # code object -> whether that caller takes None from a synchronous call
-
-
-def _none_ok_caller(code) -> bool:
-    """Whether code, calling pg.allreduce, is a torch.distributed wrapper
-    that waits on the Work only when there is one (``elif work is not None:
-    work.wait()``, torch >= 2.8, and no other wait), read from its source
-    once per caller."""
-    ok = _none_ok.get(code)
-    if ok is None:
-        ok = False
-        if code.co_filename.endswith(_C10D_PY):
-            try:
-                src = inspect.getsource(code)
-            except (OSError, TypeError):
-                src = ""
-            guarded = len(re.findall(r"\bwork is not None\s*\)?\s*:[^\n]*(?:\n\s*#[^\n]*)*\n\s*work\.wait\(\)", src))
-            ok = guarded > 0 and guarded == src.count(".wait(")  # every wait in it is guarded
-        _none_ok[code] = ok
-    return ok
-
-
-_C10D_PY = os.path.join("torch", "distributed", "distributed_c10d.py")
 
 
 class ProcessGroupGocl(_Ops, dist.ProcessGroup):

@@ -1,9 +1,10 @@
 """Works, tasks and the per-group executor: no Python thread in the data path.
 
-Every c10d call becomes a :class:`Task`: ``issue`` makes the gocl calls
-(staging tensors to host first), ``finish`` runs once they are done (copies
-staged results back, finishes local reductions). Tasks run on the caller's
-thread, in the order they were submitted:
+Every c10d call becomes a :class:`Task`: ``issue(stream)`` makes the gocl
+calls on the stream the executor gives it (staging tensors to host first),
+``finish`` runs once they are done (copies staged results back, finishes
+local reductions). Tasks run on the caller's thread, in the order they were
+submitted:
 
 * a synchronous call (``async_op=False``, known from ``opts.asyncOp``)
   issues its gocl calls on the NULL stream, which gocl orders after the
@@ -79,7 +80,7 @@ class Task:
 
     def __init__(self, name, issue, finish=None, result=(), tensors=(), p2p=False, blocking=False):
         self.name = name
-        self.issue = issue
+        self.issue = issue  # issue(stream): the gocl calls, on stream (None: the NULL stream)
         self.finish = finish
         self.result = list(result)
         self.sync = DeviceSync(tensors)
@@ -97,13 +98,14 @@ def _flat(tensors):
             yield t
 
 
-def run_tasks(tasks: list[Task]) -> None:
-    """Issue tasks: one directly, several inside one gocl group. (Their
+def run_tasks(tasks: list[Task], stream: int | None) -> None:
+    """Issue tasks on stream (None: gocl's NULL stream, which runs the calls
+    before returning): one directly, several inside one gocl group. (Their
     finish runs once their work is done: see StreamWork.)"""
     if len(tasks) == 1:
         t = tasks[0]
         with t.sync.on_streams():
-            t.issue()
+            t.issue(stream)
         return
     merged = DeviceSync()
     for t in tasks:
@@ -112,7 +114,7 @@ def run_tasks(tasks: list[Task]) -> None:
     with merged.on_streams():
         with _core.group():
             for t in tasks:
-                t.issue()
+                t.issue(stream)
 
 
 def _finish(task: Task) -> None:
@@ -416,7 +418,6 @@ class Executor:
     def __init__(self, name: str):
         self.name = name
         self.lock = threading.RLock()
-        self.st = None  # the stream handle gocl calls go to while a launch issues them
         self._stream: _core.Stream | None = None
         self._inflight: collections.deque = collections.deque()  # (mark, [works]) in stream order
         self._events: list[int] = []  # recorded-and-released events, for reuse
@@ -531,7 +532,7 @@ class Executor:
             if task.staged or task.blocking:
                 self._drain_locked()
             if work is None:
-                run_tasks([task])  # the NULL stream: after the group's queued work
+                run_tasks([task], None)  # the NULL stream: after the group's queued work
                 _finish(task)
                 return completed_work(task.result)
             if task.blocking:
@@ -543,15 +544,12 @@ class Executor:
     def _launch(self, tasks, works) -> None:
         """Issue tasks on the stream (under the lock); their works complete
         with the event behind them, or fail at once if issuing failed."""
-        self.st = self.stream_handle()
         try:
-            run_tasks(tasks)
+            run_tasks(tasks, self.stream_handle())
         except Exception as exc:  # noqa: BLE001  (surfaces at wait(), as c10d's async errors do)
             for w in works:
                 w._issued(None, exc)
             return
-        finally:
-            self.st = None
         mark = self.mark()
         for w in works:
             w._issued(mark)
@@ -559,7 +557,7 @@ class Executor:
 
     def _run_blocking(self, task, work) -> None:
         try:
-            run_tasks([task])
+            run_tasks([task], None)
         except Exception as exc:  # noqa: BLE001
             work._issued(None, exc)
             return
@@ -607,6 +605,20 @@ class Executor:
             mark.wait()
             for w in works:
                 w._complete()
+
+    def settle(self, grace: float) -> bool:
+        """Wait for the queued work, in stream order (under the lock). False
+        when another thread is blocked on it and no launch has finished for
+        grace seconds: it is stuck, and only an abort ends it."""
+        me = threading.get_ident()
+        for mark, _ in list(self._inflight):
+            since, nap = time.monotonic(), 0.0002  # each finished launch restarts the grace
+            while not mark.query():
+                if self.waiters - {me} and time.monotonic() - since > grace:
+                    return False
+                time.sleep(nap)
+                nap = min(2 * nap, 0.005)
+        return True
 
     def drain(self) -> None:
         """Issue what is held back, then wait until everything issued has
