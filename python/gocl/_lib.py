@@ -14,6 +14,7 @@ import os
 import threading
 from pathlib import Path
 
+from . import _natives
 from .errors import ForkError
 
 _lock = threading.Lock()
@@ -119,10 +120,7 @@ _STRING_SIGNATURES = {
 
 def library_path() -> Path:
     """Where libgocl.so is: $GOCL_LIBRARY, else next to this file."""
-    env = os.environ.get("GOCL_LIBRARY")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parent / "_native" / "libgocl.so"
+    return _natives.path("libgocl.so", "GOCL_LIBRARY")
 
 
 def _mark_forked() -> None:

@@ -26,6 +26,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from . import _natives
+
 __all__ = ["DoctorNotFound", "binary_path", "main", "report"]
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -41,19 +43,12 @@ class DoctorNotFound(FileNotFoundError):
 
 def binary_path() -> Path:
     """Where the gocl-doctor executable is: $GOCL_DOCTOR, else _native/ here."""
-    env = os.environ.get("GOCL_DOCTOR")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parent / "_native" / "gocl-doctor"
+    return _natives.path("gocl-doctor", "GOCL_DOCTOR")
 
 
 def _binary() -> Path:
-    path = binary_path()
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        raise DoctorNotFound(
-            f"gocl-doctor not found at {path}: reinstall gocl from a wheel, build it from the source tree "
-            f"(go build -o python/gocl/_native/gocl-doctor ./cmd/gocl-doctor), or set GOCL_DOCTOR")
-    return path
+    return _natives.executable("gocl-doctor", "GOCL_DOCTOR",
+                               "go build -o python/gocl/_native/gocl-doctor ./cmd/gocl-doctor", DoctorNotFound)
 
 
 def _has_flag(args: Sequence[str], name: str) -> bool:

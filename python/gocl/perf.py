@@ -33,6 +33,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
+from . import _natives
+
 __all__ = ["binary_path", "load_runs", "main", "plot"]
 
 EXIT_USAGE = 2
@@ -41,19 +43,11 @@ PLOT_INSTALL = "pip install 'gocl[plot]'  (or: pip install matplotlib)"
 
 def binary_path() -> Path:
     """Where the gocl-perf executable is: $GOCL_PERF, else _native/ here."""
-    env = os.environ.get("GOCL_PERF")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parent / "_native" / "gocl-perf"
+    return _natives.path("gocl-perf", "GOCL_PERF")
 
 
 def _binary() -> Path:
-    path = binary_path()
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        raise FileNotFoundError(
-            f"gocl-perf not found at {path}: reinstall gocl from a wheel, build it from the source tree "
-            f"(make pylib), or set GOCL_PERF")
-    return path
+    return _natives.executable("gocl-perf", "GOCL_PERF", "make pylib")
 
 
 def _env() -> dict[str, str]:
