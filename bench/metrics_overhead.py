@@ -6,7 +6,9 @@ at 8 B and 1 MiB on 2 ranks (2 processes), three ways, side by side.
 * ``off``: ``GOCL_STATUS=0``, no metrics (the floor);
 * ``status``: the default (status endpoint and its 100 ms sampler on);
 * ``metrics``: the default plus ``GOCL_METRICS_FILE`` (one JSON line per call,
-  written by a background goroutine to a file in a temporary folder).
+  written by a background goroutine to a file in a temporary folder);
+* ``before`` (with ``--before DIR``): gocl perf of a build without the live
+  view and metrics at all (``off`` still counts bytes and notes each call).
 
 Each round runs every configuration once, in an order rotated from round to
 round, so that load on the machine hits them alike. A run's time is the mean
@@ -35,7 +37,7 @@ SIZES = (8, 1 << 20)
 CONFIGS = ("off", "status", "metrics")
 
 
-def run(config: str, iters: int, warmup: int, tmp: str) -> tuple[dict[int, float], int]:
+def run(config: str, iters: int, warmup: int, tmp: str, before: str = "") -> tuple[dict[int, float], int]:
     """gocl perf's time per call (us) by size, and the records dropped."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GOCL_METRICS", "GOCL_STATUS"))}
     if config == "off":
@@ -43,7 +45,8 @@ def run(config: str, iters: int, warmup: int, tmp: str) -> tuple[dict[int, float
     if config == "metrics":
         env["GOCL_METRICS_FILE"] = os.path.join(tmp, "m-%p-%r.jsonl")
     out = os.path.join(tmp, "perf.json")
-    cmd = [sys.executable, "-m", "gocl", "perf", "all_reduce", "-P", "2", "-b", str(SIZES[0]), "-e", str(SIZES[1]),
+    perf = [os.path.join(before, "gocl-perf")] if config == "before" else [sys.executable, "-m", "gocl", "perf"]
+    cmd = [*perf, "all_reduce", "-P", "2", "-b", str(SIZES[0]), "-e", str(SIZES[1]),
            "-f", str(SIZES[1] // SIZES[0]), "-n", str(iters), "-w", str(warmup), "-c", "0", f"--json={out}"]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
@@ -72,36 +75,44 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--iters", type=int, default=20000, help="timed calls per size and phase (1 MiB: capped by gocl perf)")
     ap.add_argument("--warmup", type=int, default=1000)
+    ap.add_argument("--before", default="", metavar="DIR",
+                    help="also run DIR/gocl-perf (python/gocl/_native of a build without the live view and metrics: "
+                         "git worktree add /tmp/before COMMIT && make -C /tmp/before pylib); ratios are then to it")
     args = ap.parse_args()
+    configs = (("before",) if args.before else ()) + CONFIGS
+    ref = configs[0]
     tmp = tempfile.mkdtemp(prefix="gocl-metrics-overhead-")
-    samples: dict[str, dict[int, list[float]]] = {c: {s: [] for s in SIZES} for c in CONFIGS}
+    samples: dict[str, dict[int, list[float]]] = {c: {s: [] for s in SIZES} for c in configs}
     drops = 0
     try:
         for k in range(args.rounds):
-            order = CONFIGS[k % 3:] + CONFIGS[:k % 3]
+            order = configs[k % len(configs):] + configs[:k % len(configs)]
             for c in order:
-                times, d = run(c, args.iters, args.warmup, tmp)
+                times, d = run(c, args.iters, args.warmup, tmp, args.before)
                 drops += d
                 for s in SIZES:
                     samples[c][s].append(times[s])
             print(f"round {k + 1}/{args.rounds}: " + ", ".join(
-                f"{c} {samples[c][8][-1]:.2f}/{samples[c][1 << 20][-1]:.0f} us" for c in CONFIGS), file=sys.stderr)
+                f"{c} {samples[c][8][-1]:.2f}/{samples[c][1 << 20][-1]:.0f} us" for c in configs), file=sys.stderr)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    med = {c: {s: statistics.median(samples[c][s]) for s in SIZES} for c in CONFIGS}
+    med = {c: {s: statistics.median(samples[c][s]) for s in SIZES} for c in configs}
+    # each round's ratio to the reference of the same round (the load of that moment hits both), then the median
+    paired = {c: {s: statistics.median(x / y for x, y in zip(samples[c][s], samples[ref][s])) for s in SIZES}
+              for c in configs}
     print(f"gocl perf all_reduce, 2 ranks (2 processes) on {os.cpu_count()} cores ({platform.machine()}), "
           f"{args.rounds} rounds, {args.iters} timed calls per size and phase (1 MiB: capped at 256 by gocl perf), "
-          "median over rounds of the time per call (mean of out-of-place and in-place)\n")
+          f"median over rounds of the time per call (mean of out-of-place and in-place); ratios to `{ref}`: "
+          "the median of the rounds' own ratios\n")
     print("| configuration | 8 B (us) | ratio | 1 MiB (us) | ratio |")
     print("|---|---:|---:|---:|---:|")
-    for c in CONFIGS:
-        print(f"| {c} | {med[c][8]:.3f} | {med[c][8] / med['off'][8]:.3f} | {med[c][1 << 20]:.1f} | "
-              f"{med[c][1 << 20] / med['off'][1 << 20]:.3f} |")
+    for c in configs:
+        print(f"| {c} | {med[c][8]:.3f} | {paired[c][8]:.3f} | {med[c][1 << 20]:.1f} | {paired[c][1 << 20]:.3f} |")
     print(f"\nmetrics records dropped over all metrics runs: {drops}")
-    spread = {c: {s: (min(samples[c][s]), max(samples[c][s])) for s in SIZES} for c in CONFIGS}
+    spread = {c: {s: (min(samples[c][s]), max(samples[c][s])) for s in SIZES} for c in configs}
     print("\nrange over rounds (min..max, us): " + "; ".join(
         f"{c}: 8 B {spread[c][8][0]:.3f}..{spread[c][8][1]:.3f}, 1 MiB {spread[c][1 << 20][0]:.0f}..{spread[c][1 << 20][1]:.0f}"
-        for c in CONFIGS))
+        for c in configs))
 
 
 if __name__ == "__main__":
