@@ -14,6 +14,7 @@ package algo
 
 import (
 	"gocl/kernels"
+	"gocl/runtime/host"
 	"gocl/runtime/transport"
 	"gocl/runtime/wire"
 )
@@ -181,7 +182,7 @@ func (c *Ctx) streamsResult(send, recv []byte) bool {
 	if !same(send, recv) {
 		n *= 2
 	}
-	if c.Local > 2 && c.Local <= 2*transport.Cores() {
+	if c.Local > 2 && c.Local <= 2*host.Cores() {
 		return kernels.Streams(n * c.Local / 2)
 	}
 	return kernels.Streams(n)

@@ -19,6 +19,7 @@ import (
 	"gocl/runtime/bootstrap"
 	"gocl/runtime/config"
 	"gocl/runtime/debuglog"
+	"gocl/runtime/host"
 	"gocl/runtime/status"
 	"gocl/runtime/transport"
 	"gocl/runtime/transport/inproc"
@@ -194,7 +195,7 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 	c.topology()
 	c.hosts = hostGroups(c.peers)
 	// Waiters poll less when this host's ranks outnumber its cores.
-	transport.NoteHostRanks(c.localRanks)
+	host.NoteRanks(c.localRanks)
 	if device < 0 { // no device given: one per local rank, as launchers assign GPUs
 		c.device = c.localRank
 	}
@@ -218,7 +219,7 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 		c.release()
 		return nil, err
 	}
-	transport.Settle(c.localRank)
+	host.PlaceThread(c.localRank)
 	register(c)
 	debuglog.Infof(debuglog.Init, rank, "init done: rank %d/%d, node %d/%d, local rank %d/%d, chunk %d B, %s, direct up to %d B, timeout %s",
 		rank, nranks, c.node, c.nnodes, c.localRank, c.localRanks, c.chunk, settings, settings.DirectMax, timeoutString(timeout))

@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"gocl/kernels"
+	"gocl/runtime/host"
 	"gocl/runtime/status"
 	"gocl/runtime/transport"
 	"gocl/runtime/wire"
@@ -76,7 +77,7 @@ func (c *Comm) RecvAny(buf unsafe.Pointer, count int, typ kernels.DataType) (pee
 			return -1, err
 		}
 		peer = -1
-		transport.Spin(func() bool { peer = find(); return peer >= 0 })
+		host.Spin(func() bool { peer = find(); return peer >= 0 })
 		if peer >= 0 {
 			break
 		}

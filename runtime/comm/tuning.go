@@ -12,8 +12,8 @@ import (
 	"gocl/kernels"
 	"gocl/runtime/config"
 	"gocl/runtime/debuglog"
+	"gocl/runtime/host"
 	"gocl/runtime/status"
-	"gocl/runtime/transport"
 	"gocl/runtime/transport/socket"
 	"gocl/runtime/tune"
 )
@@ -47,8 +47,8 @@ func (c *Comm) setupTuner(s tune.Settings) error {
 	have, lo := c.channelOffer()
 	mine[8], mine[9] = byte(min(have, 255)), byte(min(lo, 255))
 	crowd := 1
-	if transport.Oversubscribed() {
-		crowd = min(transport.RanksPerCore(), 255)
+	if host.Oversubscribed() {
+		crowd = min(host.RanksPerCore(), 255)
 		mine[10] = byte(crowd)
 	}
 	netMbps, netFrom := c.netRate()

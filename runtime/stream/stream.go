@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"gocl/runtime/host"
 	"gocl/runtime/status"
-	"gocl/runtime/transport"
 )
 
 // Stream runs queued tasks one after the other.
@@ -81,7 +81,7 @@ func (s *Stream) work() {
 }
 
 // idle waits for the next task (called with s.mu held, the queue empty).
-// It first polls under the transports' waiting policy (which leaves the
+// It first polls under the host's waiting policy (host.Spin, which leaves the
 // cores alone when ranks outnumber them), so a call made soon after the
 // last one finished starts without a wake-up, but only while the previous
 // idle gap was short enough for polling to have caught it: between DDP's
@@ -92,7 +92,7 @@ func (s *Stream) idle() {
 	if s.pollIdle {
 		seen := s.queued
 		s.mu.Unlock()
-		hit := transport.Spin(func() bool { return s.nQueued.Load() != seen || s.nClosed.Load() })
+		hit := host.Spin(func() bool { return s.nQueued.Load() != seen || s.nClosed.Load() })
 		s.mu.Lock()
 		if hit {
 			return
@@ -101,7 +101,7 @@ func (s *Stream) idle() {
 	for len(s.tasks) == 0 && !s.closed {
 		s.cond.Wait()
 	}
-	s.pollIdle = time.Since(since) <= transport.SpinFor()
+	s.pollIdle = time.Since(since) <= host.SpinFor()
 }
 
 func run(t func() error) (err error) {
@@ -155,7 +155,7 @@ func (s *Stream) hostWork() {
 // Synchronize waits until the queue is empty and returns (and clears) the
 // first error of the tasks that ran since the last Synchronize.
 func (s *Stream) Synchronize() error {
-	transport.Spin(func() bool { return s.nDone.Load() >= s.nQueued.Load() })
+	host.Spin(func() bool { return s.nDone.Load() >= s.nQueued.Load() })
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for s.pending > 0 {
@@ -231,7 +231,7 @@ func (e *Event) Wait() error {
 		return nil
 	}
 	// Poll before parking (see nDone): the caller is usually a C thread.
-	transport.Spin(func() bool { return s.nDone.Load() >= target })
+	host.Spin(func() bool { return s.nDone.Load() >= target })
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for s.done < target {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"gocl/runtime/transport"
+	"gocl/runtime/host"
 )
 
 func TestOrderErrorsAndEvents(t *testing.T) {
@@ -146,7 +146,7 @@ func TestPollingWaitsKeepOrderAndGoroutines(t *testing.T) {
 // The worker polls while idle only when the previous idle gap was short:
 // calls made milliseconds apart (DDP's buckets) must not cost a core each.
 func TestIdlePollingFollowsTheGaps(t *testing.T) {
-	if transport.SpinFor() <= 0 {
+	if host.SpinFor() <= 0 {
 		t.Skip("polling is off (GOCL_SPIN_US=0)")
 	}
 	s := New()

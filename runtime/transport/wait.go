@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"gocl/runtime/host"
 )
 
 // A Bell is what a waiter sleeps on and the party that makes its condition
@@ -125,7 +127,8 @@ var ErrExpired = errors.New("deadline passed")
 // this only guards against a waker that forgot to.
 const sleepBackstop = 250 * time.Millisecond
 
-// Await returns once ready() holds, polling under the waiting policy, then
+// Await returns once ready() holds, polling under the waiting policy
+// (host.Poll), then
 // sleeping on b. Whoever makes ready() or failed() true must ring b.
 // failed() (nil: never) is checked whenever ready() does not hold before a
 // sleep, so a condition already met wins over a failure; its error is
@@ -149,7 +152,7 @@ func AwaitFor(s *Stats, k WaitKind, long bool, b *Bell, deadline int64, ready fu
 }
 
 func await(b *Bell, deadline int64, ready func() bool, failed func() error, polls bool, s *Stats, k WaitKind) error {
-	if ready() || (polls && poll(ready, SpinFor())) {
+	if ready() || (polls && host.Poll(ready)) {
 		return nil
 	}
 	if s != nil {

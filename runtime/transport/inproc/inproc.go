@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"gocl/runtime/host"
 	"gocl/runtime/transport"
 	"gocl/runtime/wire"
 )
@@ -85,7 +86,7 @@ type end struct {
 	recvd      uint64 // frames consumed (the receiver's own count)
 	lent       int    // bytes of the outstanding Lend; 0: none
 	deadline   atomic.Int64
-	unshare    func() // gives back transport.ShareProcess's setting
+	unshare    func() // gives back host.RaiseGOMAXPROCS's raise
 }
 
 var (
@@ -105,7 +106,7 @@ type key struct {
 // both have their ends.
 func Connect(comm string, self, peer int) transport.Link {
 	k := key{comm, min(self, peer), max(self, peer)}
-	unshare := transport.ShareProcess()
+	unshare := host.RaiseGOMAXPROCS()
 	regMu.Lock()
 	p, ok := registry[k]
 	if ok {

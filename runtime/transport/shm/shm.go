@@ -37,6 +37,7 @@ import (
 	"syscall"
 	"time"
 
+	"gocl/runtime/host"
 	"gocl/runtime/transport"
 	"gocl/runtime/wire"
 )
@@ -418,12 +419,12 @@ func (l *link) failure() error {
 }
 
 // await returns once ready() holds: polling under the shared waiting
-// policy (transport.Spin: bare loads, then yielding, for transport.SpinFor),
+// policy (host.Spin: bare loads, then yielding, for host.SpinFor),
 // then sleeping on the futex word fw with *sleep set so the other side
 // knows to wake it. Closing, the peer's death and the deadline end the wait
 // with an error.
 func (l *link) await(k transport.WaitKind, ready func() bool, fw, sleep *uint32, what func() string) error {
-	if transport.Spin(ready) {
+	if host.Spin(ready) {
 		return nil
 	}
 	l.stats.BeginWait(k)

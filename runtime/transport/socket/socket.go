@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"gocl/runtime/host"
 	"gocl/runtime/status"
 	"gocl/runtime/transport"
 	"gocl/runtime/wire"
@@ -410,7 +411,7 @@ func (l *link) Failure() error {
 }
 
 // readFull fills buf from connection i. With spin it polls the socket for a
-// moment (transport.Spin) before parking on the netpoller, whose deadline
+// moment (host.Spin) before parking on the netpoller, whose deadline
 // still applies, so a frame that arrives soon costs no goroutine wake-up.
 // Without it, it parks as soon as the socket is empty: see SpinMax.
 func (l *link) readFull(i int, buf []byte, spin bool) error {
@@ -448,7 +449,7 @@ func (l *link) readFull(i int, buf []byte, spin bool) error {
 			if !spin {
 				done = attempt(fd)
 			} else {
-				done = transport.Spin(func() bool { return attempt(fd) })
+				done = host.Spin(func() bool { return attempt(fd) })
 			}
 			if !done && !parked {
 				parked = true
