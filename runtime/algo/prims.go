@@ -23,6 +23,8 @@ import (
 //	recvReduceCopySend  dst = payload ⊕ local, finished, and the next peer gets it
 //	recvCopySend        dst = payload, and the next peer gets it
 //	forward             n-1 frames round the ring: recvCopySend, then recv
+//	recvAllReduceCopy   a frame from every peer, then dst = all inputs
+//	                    reduced in rank order (one-shot reductions)
 //
 // A send goes one of two ways, chosen per peer at its first frame of a call:
 //
@@ -259,6 +261,24 @@ func (p *prims) recvReduceCopySend(from, to, step int, dst, local []byte) error 
 		}
 		return p.c.Links[from].RecvWith(h, func(pl []byte) { p.c.Red.AccumulateCopy(out, dst, pl, local, p.stream) })
 	}, dst)
+}
+
+// recvAllReduceCopy: every peer's frame of step 0 lands in slot(peer)
+// (peers taken r-1, r-2, ..., the pairwise shift they send in), then dst =
+// slot(0) ⊕ slot(1) ⊕ ... ⊕ slot(N-1), finished (Avg divides). slot(Rank)
+// holds this rank's input already. The inputs are reduced in rank order, so
+// every rank that reduces the same inputs gets identical bits.
+func (p *prims) recvAllReduceCopy(dst []byte, slot func(q int) []byte) error {
+	c := p.c
+	for k := 1; k < c.N; k++ {
+		q := c.peer(-k)
+		if err := p.recv(q, 0, slot(q)); err != nil {
+			return err
+		}
+	}
+	reduceInOrder(c, dst, slot)
+	c.Red.Finalize(dst)
+	return nil
 }
 
 // forward is a ring's all-gather half: n-1 frames come in from prev at

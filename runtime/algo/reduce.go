@@ -61,17 +61,7 @@ func ReduceDirect(c *Ctx, send, recv []byte, count, root int) error {
 	if same(send, recv) {
 		copy(slot(root), send)
 	}
-	return c.run(func(p *prims) error {
-		for k := 1; k < c.N; k++ {
-			q := c.peer(-k)
-			if err := p.recv(q, 0, slot(q)); err != nil {
-				return err
-			}
-		}
-		reduceInOrder(c, recv, slot)
-		c.Red.Finalize(recv)
-		return nil
-	})
+	return c.run(func(p *prims) error { return p.recvAllReduceCopy(recv, slot) })
 }
 
 // ReduceTree reduces each half of the buffer up one tree of a double binary

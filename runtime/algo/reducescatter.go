@@ -69,15 +69,7 @@ func ReduceScatterDirect(c *Ctx, send, recv []byte, count int) error {
 				return err
 			}
 		}
-		for k := 1; k < n; k++ {
-			q := c.peer(-k)
-			if err := p.recv(q, 0, slot(q)); err != nil {
-				return err
-			}
-		}
-		reduceInOrder(c, recv, slot)
-		c.Red.Finalize(recv)
-		return nil
+		return p.recvAllReduceCopy(recv, slot)
 	})
 }
 
