@@ -34,8 +34,9 @@ import (
 //     produced in the order the peer consumes them, and every algorithm
 //     sends at most one frame to a peer before it receives the frame that
 //     frees the next (chunk by chunk), so a Lender buffering two frames
-//     (NCCL keeps eight) can never close a cycle of waits. A frame the link
-//     will not lend but takes by reference (transport.Poster: the peer
+//     (NCCL keeps eight) can never close a cycle of waits (schedule_test.go
+//     runs testdata/'s schedules over links that hold to it). A frame the
+//     link will not lend but takes by reference (transport.Poster: the peer
 //     reads it from this rank's memory, and wait flushes it before the
 //     call returns) is posted on the caller's goroutine too, in order.
 //   - queued: the frame is built in local memory and handed to the call's
