@@ -219,7 +219,7 @@ func (c *Comm) view(s *sampled, now time.Time) CommView {
 	edges := c.prog.edges.Load()
 	v := CommView{ID: commID(c.key), Rank: c.rank, Size: c.nranks, Node: c.node, Nodes: c.nnodes, Host: hostName,
 		Addr: hostOf(c.peers[c.rank].Addr),
-		Pid: os.Getpid(), Calls: (edges + 1) / 2, InCall: edges%2 == 1, Timeout: c.timeout.Seconds(), Links: []LinkView{}}
+		Pid:  os.Getpid(), Calls: (edges + 1) / 2, InCall: edges%2 == 1, Timeout: c.timeout.Seconds(), Links: []LinkView{}}
 	since := 0.0
 	if edges == s.edges {
 		since = now.Sub(s.changed).Seconds()
