@@ -18,7 +18,7 @@ PY      := $(VENV)/bin/python
 PYLIB   := python/gocl/_native/libgocl.so
 PYDOCTOR := python/gocl/_native/gocl-doctor
 PYPERF  := python/gocl/_native/gocl-perf
-PERF_SOURCES := bench/gocl_perf.c bench/perf_common.h tests/c/launch.c tests/c/launch.h capi/gocl.h
+PERF_SOURCES := bench/gocl_perf.c bench/perf_common.c bench/perf_common.h tests/c/launch.c tests/c/launch.h capi/gocl.h
 DOCTOR_SOURCES := $(shell find cmd/gocl-doctor doctor -type f 2>/dev/null) go.mod $(wildcard go.sum)
 
 .PHONY: help lib run perf test test-go test-race test-c test-python test-engines test-slurm test-lightning test-ray slurm tmux test-torch27 test-torch-upstream test-torch-upstream-short venv pylib fuzz fuzz-short test-reliability bench bench-jax bench-multihost test-torchft torchft-short bench-torchft mpi clean wheels wheel-tools qemu test-sdist
@@ -68,7 +68,7 @@ $(PYDOCTOR): $(DOCTOR_SOURCES)
 	@mv -f $(@D)/.tmp-gocl-doctor $@
 
 $(PYPERF): $(PERF_SOURCES) $(PYLIB)
-	$(CC) -O2 -Wall -Wextra -Icapi -Itests/c bench/gocl_perf.c tests/c/launch.c -L$(@D) -lgocl -lpthread -lm $(RPATH) -o $(@D)/.tmp-gocl-perf
+	$(CC) -O2 -Wall -Wextra -Icapi -Itests/c bench/gocl_perf.c bench/perf_common.c tests/c/launch.c -L$(@D) -lgocl -lpthread -lm $(RPATH) -o $(@D)/.tmp-gocl-perf
 	@mv -f $(@D)/.tmp-gocl-perf $@
 
 # uv comes from PyPI when missing; an existing .venv is reused. The editable
@@ -101,7 +101,7 @@ $(BUILD)/slack_test: tests/c/slack_test.c lib
 	$(CC) $(CFLAGS) $< -L$(BUILD) -lgocl $(RPATH) -o $@
 
 $(BUILD)/gocl-perf: $(PERF_SOURCES) lib
-	$(CC) $(CFLAGS) bench/gocl_perf.c tests/c/launch.c -L$(BUILD) -lgocl -lpthread -lm $(RPATH) -o $@
+	$(CC) $(CFLAGS) bench/gocl_perf.c bench/perf_common.c tests/c/launch.c -L$(BUILD) -lgocl -lpthread -lm $(RPATH) -o $@
 
 # The C API's cheapest call, timed (bench/compare.py's floor for its overhead).
 $(BUILD)/capi-floor: bench/capi_floor.c lib
@@ -117,9 +117,9 @@ $(FAKE_NVML): tests/c/fake_nvml.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -shared -fPIC -Wl,-soname,libnvidia-ml.so.1 $< -o $@
 
-$(BUILD)/mpi-perf: bench/mpi_perf.c bench/perf_common.h
+$(BUILD)/mpi-perf: bench/mpi_perf.c bench/perf_common.c bench/perf_common.h
 	@command -v mpicc >/dev/null || $(MAKE) mpi
-	mpicc -O2 -Wall $< -lm -o $@
+	mpicc -O2 -Wall $< bench/perf_common.c -lm -o $@
 
 # The main job: DDP training on 4 local ranks over gocl and over gloo, in turn.
 run: venv

@@ -204,7 +204,7 @@ ARTIFACTS = [
     GoArtifact("gocl-doctor", "./cmd/gocl-doctor", cflags="-Wno-deprecated-declarations",
                switch="GOCL_BUILD_DOCTOR"),
     # `gocl perf` runs it: nccl-tests' benchmark over the C API.
-    CArtifact("gocl-perf", ("bench/gocl_perf.c", "tests/c/launch.c")),
+    CArtifact("gocl-perf", ("bench/gocl_perf.c", "bench/perf_common.c", "tests/c/launch.c")),
 ]
 
 

@@ -3,11 +3,11 @@
  * is measured against (bench/compare.py runs both, alternated).
  *
  * Build (from the repository root):
- *   mpicc -O2 -Wall bench/mpi_perf.c -lm -o build/mpi-perf
+ *   mpicc -O2 -Wall bench/mpi_perf.c bench/perf_common.c -lm -o build/mpi-perf
  * Run:
  *   mpirun --allow-run-as-root --oversubscribe -np 4 build/mpi-perf all_reduce -b 8 -e 64M -f 2
  * Options, columns, sizes, warmup, iteration policy, checks, timing and the
- * JSON come from perf_common.h, shared with gocl_perf.c so rows compare.
+ * JSON come from perf_common.c (.h), shared with gocl_perf.c so rows compare.
  * Ranks are MPI's (-g and -P are refused); half and bfloat16 have no MPI
  * type, and MPI has no avg: both are refused. sendrecv is MPI_Sendrecv
  * around the same ring.
