@@ -1,0 +1,127 @@
+package jaxffi
+
+import (
+	"unsafe"
+
+	"gocl/kernels"
+	"gocl/runtime/comm"
+	"gocl/runtime/wire"
+)
+
+// request is one decoded FFI call; counts are in elements of dtype (a
+// gocl datatype; data movement passes bytes as uint8).
+type request struct {
+	kind         int
+	send, recv   unsafe.Pointer
+	nsend, nrecv int
+	dtype, op    int
+	root         int
+	perm         []int64 // ppermute: (source, destination) pairs, flattened
+}
+
+func kindName(k int) string {
+	if wire.Coll(k) == wire.SendRecv {
+		return "ppermute"
+	}
+	return map[wire.Coll]string{wire.AllReduce: "all_reduce", wire.AllGather: "all_gather",
+		wire.ReduceScatter: "reduce_scatter", wire.Broadcast: "broadcast", wire.AlltoAll: "all_to_all"}[wire.Coll(k)]
+}
+
+// check validates the sizes against the world (bad arguments stay local, as
+// in NCCL: peers see the call as missing).
+func (r *request) check(c *comm.Comm) error {
+	n, me := c.NRanks(), c.Rank()
+	bad := func(format string, args ...any) error {
+		return badArg("gocl.jax %s on rank %d: "+format, append([]any{kindName(r.kind), me}, args...)...)
+	}
+	switch wire.Coll(r.kind) {
+	case wire.AllReduce, wire.Broadcast:
+		if r.nsend != r.nrecv {
+			return bad("result has %d elements but the input %d: they must match", r.nrecv, r.nsend)
+		}
+		if wire.Coll(r.kind) == wire.Broadcast && (r.root < 0 || r.root >= n) {
+			return bad("root %d is not a rank of this world of %d: pass root in [0, %d]", r.root, n, n-1)
+		}
+		if wire.Coll(r.kind) == wire.AllReduce && (r.op < 0 || r.op >= int(kernels.NumOps)) {
+			return bad("op %d is not a gocl reduction (sum 0, prod 1, max 2, min 3, avg 4)", r.op)
+		}
+	case wire.AllGather:
+		if r.nrecv != n*r.nsend {
+			return bad("result has %d elements but needs world size %d × input %d", r.nrecv, n, r.nsend)
+		}
+	case wire.ReduceScatter:
+		if r.nsend != n*r.nrecv {
+			return bad("input has %d elements, which is not world size %d × result %d: axis 0 must split into %d equal blocks", r.nsend, n, r.nrecv, n)
+		}
+		if r.op < 0 || r.op >= int(kernels.NumOps) {
+			return bad("op %d is not a gocl reduction (sum 0, prod 1, max 2, min 3, avg 4)", r.op)
+		}
+	case wire.AlltoAll:
+		if r.nsend != r.nrecv || r.nsend%n != 0 {
+			return bad("input has %d elements: it must split into world size %d equal blocks, and the result must match", r.nsend, n)
+		}
+	case wire.SendRecv:
+		if r.nsend != r.nrecv {
+			return bad("result has %d elements but the input %d: they must match", r.nrecv, r.nsend)
+		}
+		if len(r.perm)%2 != 0 {
+			return bad("perm has %d numbers: it must be (source, destination) pairs", len(r.perm))
+		}
+		src, dst := map[int64]bool{}, map[int64]bool{}
+		for i := 0; i < len(r.perm); i += 2 {
+			s, d := r.perm[i], r.perm[i+1]
+			if s < 0 || s >= int64(n) || d < 0 || d >= int64(n) {
+				return bad("perm pair (%d, %d) names a rank outside this world of %d", s, d, n)
+			}
+			if src[s] || dst[d] {
+				return bad("perm sends from rank %d or to rank %d twice: each rank may appear once as a source and once as a destination", s, d)
+			}
+			src[s], dst[d] = true, true
+		}
+	default:
+		return bad("unknown collective kind %d", r.kind)
+	}
+	return nil
+}
+
+// run executes r on c (the lane's goroutine).
+func (r *request) run(c *comm.Comm) error {
+	t := kernels.DataType(r.dtype)
+	switch coll := wire.Coll(r.kind); coll {
+	case wire.AllReduce, wire.Broadcast, wire.AllGather:
+		return c.Run(nil, comm.Op{Coll: coll, Send: r.send, Recv: r.recv, Count: r.nsend, Type: t, RedOp: int32(r.op), Root: r.root})
+	case wire.ReduceScatter:
+		return c.Run(nil, comm.Op{Coll: coll, Send: r.send, Recv: r.recv, Count: r.nrecv, Type: t, RedOp: int32(r.op)})
+	case wire.AlltoAll:
+		return c.Run(nil, comm.Op{Coll: coll, Send: r.send, Recv: r.recv, Count: r.nsend / c.NRanks(), Type: t})
+	}
+	// ppermute: send to every destination of ours, receive from our source;
+	// nobody sending to us leaves zeros, as jax.lax.ppermute does.
+	me := int64(c.Rank())
+	var g comm.Group
+	got := false
+	for i := 0; i < len(r.perm); i += 2 {
+		s, d := r.perm[i], r.perm[i+1]
+		switch {
+		case s == me && d == me:
+			copy(unsafe.Slice((*byte)(r.recv), r.nrecv), unsafe.Slice((*byte)(r.send), r.nsend))
+			got = true
+		case s == me:
+			if err := g.Add(c, nil, comm.Op{Coll: wire.SendRecv, Send: r.send, Count: r.nsend, Type: t, Root: int(d), IsSend: true}); err != nil {
+				return err
+			}
+		case d == me:
+			if err := g.Add(c, nil, comm.Op{Coll: wire.SendRecv, Recv: r.recv, Count: r.nrecv, Type: t, Root: int(s)}); err != nil {
+				return err
+			}
+			got = true
+		}
+	}
+	if !got {
+		clear(unsafe.Slice((*byte)(r.recv), r.nrecv))
+	}
+	if g.Empty() {
+		return nil
+	}
+	return g.Run()
+}
