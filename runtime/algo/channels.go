@@ -10,19 +10,14 @@ import (
 // Channels, as in NCCL: a large call is cut into contiguous parts, one per
 // channel, and each part runs the whole algorithm over its own FIFOs (its
 // own links, primitives and sender) on its own goroutine, so several cores
-// can move one call. Links that carry several FIFOs say so with channeled;
-// every link of a communicator reports the same counts (agreed at init),
-// so every rank splits a call alike.
-type channeled interface {
-	// Channels returns the links of each channel (the first is the link
-	// itself) and the fewest channels a split call uses.
-	Channels() (links []transport.Link, min int)
-}
+// can move one call. Links that carry several FIFOs say so by being a
+// transport.Channeled; every link of a communicator reports the same counts
+// (agreed at init), so every rank splits a call alike.
 
 // nchannels is how many channels a call moving bytes per rank uses: one
 // per Chunk of every rank's segment, between the agreed fewest and most.
 func (c *Ctx) nchannels(bytes int) int {
-	ch, ok := c.Links[c.next()].(channeled)
+	ch, ok := c.Links[c.next()].(transport.Channeled)
 	if !ok || c.N == 1 {
 		return 1
 	}
@@ -37,7 +32,7 @@ func (c *Ctx) channel(i int) *Ctx {
 	cc.Links = make([]transport.Link, len(c.Links))
 	for p, l := range c.Links {
 		if l != nil {
-			links, _ := l.(channeled).Channels()
+			links, _ := l.(transport.Channeled).Channels()
 			cc.Links[p] = links[i]
 		}
 	}

@@ -288,6 +288,13 @@ func (l *recLink) Name() string { return "recording" }
 // Buffered is true on a buffered world: every send returns at once.
 func (l *recLink) Buffered(int) bool { return l.w.slots == 0 }
 
+// Failure is the world's failure, if any.
+func (l *recLink) Failure() error {
+	l.w.mu.Lock()
+	defer l.w.mu.Unlock()
+	return l.w.err
+}
+
 // lendLink is a recLink that lends its slots (transport.Lender).
 type lendLink struct{ *recLink }
 

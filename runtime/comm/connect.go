@@ -227,12 +227,6 @@ func (c *Comm) maxChannels() int {
 	return max(hi, 1)
 }
 
-// channeled is a link made of several FIFOs to its peer (shm).
-type channeled interface {
-	NumChannels() int
-	UseChannels(lo, hi int)
-}
-
 // channelOffer is what this rank brings to the init exchange (tuning.go):
 // the most channels all its links have (1 if any link is a single FIFO,
 // inproc or socket) and GOCL_MIN_NCHANNELS.
@@ -242,7 +236,7 @@ func (c *Comm) channelOffer() (have, lo int) {
 		if l == nil {
 			continue
 		}
-		if ch, ok := l.(channeled); ok {
+		if ch, ok := l.(transport.Channeled); ok {
 			have = min(have, ch.NumChannels())
 		} else {
 			have = 1
@@ -255,7 +249,7 @@ func (c *Comm) channelOffer() (have, lo int) {
 // that all ranks split a call alike.
 func (c *Comm) useChannels(have, lo int) {
 	for _, l := range c.links {
-		if ch, ok := l.(channeled); ok {
+		if ch, ok := l.(transport.Channeled); ok {
 			ch.UseChannels(lo, have)
 		}
 	}

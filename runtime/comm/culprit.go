@@ -167,10 +167,10 @@ func (c *Comm) diagnose(e *transport.Error, err error) error {
 // failure (its abort reason), which may trail p's exit: a rank whose
 // deadline passed just before p's abort frame arrived then still blames
 // p's culprit instead of p. (A verdict already there when the deadline
-// passed is returned by the link's wait itself: transport.Failer.)
+// passed is returned by the link's wait itself: transport.Link's Failure.)
 func (c *Comm) peerVerdict(p int, wait time.Duration) error {
-	f, ok := c.links[p].(transport.Failer)
-	if !ok {
+	f := c.links[p]
+	if f == nil {
 		return nil
 	}
 	for end := time.Now().Add(wait); ; time.Sleep(5 * time.Millisecond) {

@@ -56,15 +56,21 @@ type Prober interface {
 	Pending() bool
 }
 
-// Failer is a Link that says, without blocking or consuming anything, why it
-// can no longer be used (nil while it can): this end closed, or the peer's
-// abort with its verdict (shm: on the control connection; socket: an abort
-// frame at the front of a connection). Every transport is one, and its
-// waits check it before reporting a timeout or a lost connection; a rank
-// that timed out on a peer which has just failed reads the peer's own
-// verdict there (transporttest's VerdictBeatsTimeout).
-type Failer interface {
-	Failure() error
+// Channeled is a Link made of several FIFOs to its peer (shm's channels,
+// NCCL's word), each a Link of its own: a large call is cut into parts, one
+// per channel, each run on its own goroutine. The communicator agrees the
+// counts at init (NumChannels, UseChannels) so every rank splits a call
+// alike; the algorithms split by Channels.
+type Channeled interface {
+	// NumChannels is how many channels the pair has.
+	NumChannels() int
+	// UseChannels sets how many channels Channels offers: at most hi (and
+	// at most NumChannels), and lo, the fewest a split call should use.
+	UseChannels(lo, hi int)
+	// Channels returns the links of each channel (the first is the link
+	// itself; the slice is shared, not to be modified) and the fewest
+	// channels a split call uses.
+	Channels() (links []Link, min int)
 }
 
 // TrySender is a Link that can start a frame without waiting on its peer:

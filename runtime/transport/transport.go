@@ -38,4 +38,12 @@ type Link interface {
 	// peer receiving anything (the kernel buffers them), so they may be done
 	// inline by a rank that receives only afterwards.
 	Buffered(n int) bool
+	// Failure says, without blocking or consuming anything, why the link
+	// can no longer be used (nil while it can): this end closed, or the
+	// peer's abort with its verdict (shm: on the control connection;
+	// socket: an abort frame at the front of a connection). Waits check it
+	// before reporting a timeout or a lost connection, so a rank that timed
+	// out on a peer which has just failed reads the peer's own verdict there
+	// (transporttest's VerdictBeatsTimeout).
+	Failure() error
 }

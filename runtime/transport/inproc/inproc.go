@@ -337,13 +337,12 @@ func (e *end) Peek() (wire.Header, bool) {
 	return wire.Header{}, false
 }
 
-// Failure reports a closed pair, with the peer's reason (transport.Failer).
+// Failure reports a closed pair, with the peer's reason (transport.Link).
 func (e *end) Failure() error { return e.failed() }
 
 var (
 	_ transport.Peeker = (*end)(nil)
 	_ transport.Lender = (*end)(nil)
-	_ transport.Failer = (*end)(nil)
 )
 
 func (e *end) Close() error {

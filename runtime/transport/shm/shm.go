@@ -196,6 +196,8 @@ func (l *link) UseChannels(lo, hi int) {
 // a split should use.
 func (l *link) Channels() ([]transport.Link, int) { return l.use, l.useMin }
 
+var _ transport.Channeled = (*link)(nil)
+
 func (l *link) Name() string        { return "shm" }
 func (l *link) Buffered(n int) bool { return n <= BufferedMax }
 
@@ -299,7 +301,7 @@ func (l *link) Abort(reason string) {
 	l.Close()
 }
 
-// Failure implements transport.Failer; the peer's reason may still wait on
+// Failure implements transport.Link's Failure; the peer's reason may still wait on
 // the control connection, not yet read by watch.
 func (l *link) Failure() error {
 	if err := l.failure(); err != nil {

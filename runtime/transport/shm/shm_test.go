@@ -24,18 +24,12 @@ func connectChannels(t testing.TB, chA, chB int) (transport.Link, transport.Link
 
 func TestConformance(t *testing.T) { transporttest.Run(t, pair) }
 
-type channeled interface {
-	NumChannels() int
-	UseChannels(lo, hi int)
-	Channels() ([]transport.Link, int)
-}
-
 // channel returns channel i of both ends of a pair that has 3.
 func channel(t *testing.T, i int) (transport.Link, transport.Link) {
 	a, b := connectChannels(t, 3, 4)
 	var out [2]transport.Link
 	for k, l := range []transport.Link{a, b} {
-		ch := l.(channeled)
+		ch := l.(transport.Channeled)
 		if ch.NumChannels() != 3 {
 			t.Fatalf("offers 3 and 4: %d channels, want 3", ch.NumChannels())
 		}
@@ -58,7 +52,7 @@ func TestChannels(t *testing.T) {
 	a, b := connectChannels(t, 3, 2)
 	defer a.Close()
 	defer b.Close()
-	ca, cb := a.(channeled), b.(channeled)
+	ca, cb := a.(transport.Channeled), b.(transport.Channeled)
 	if ca.NumChannels() != 2 || cb.NumChannels() != 2 {
 		t.Fatalf("offers 3 and 2: %d and %d channels, want 2", ca.NumChannels(), cb.NumChannels())
 	}

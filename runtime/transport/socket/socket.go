@@ -367,13 +367,10 @@ func (l *link) Peek() (wire.Header, bool) {
 	return h, true
 }
 
-var (
-	_ transport.Peeker = (*link)(nil)
-	_ transport.Failer = (*link)(nil)
-)
+var _ transport.Peeker = (*link)(nil)
 
 // Failure reports, without waiting or consuming anything, why the link can
-// no longer be used (transport.Failer): this end closed, the peer's abort
+// no longer be used (transport.Link): this end closed, the peer's abort
 // frame at the front of a connection (its reason names the root cause), or
 // a connection the peer ended. It peeks through Control, which a receive
 // blocked on the same connection does not hold up.

@@ -53,6 +53,7 @@ func Run(t *testing.T, pair Pair) {
 	t.Run("Mismatch", func(t *testing.T) { testMismatch(t, pair) })
 	t.Run("Deadline", func(t *testing.T) { testDeadline(t, pair) })
 	t.Run("AbortReason", func(t *testing.T) { testAbort(t, pair) })
+	t.Run("Failure", func(t *testing.T) { testFailure(t, pair) })
 	t.Run("VerdictBeatsTimeout", func(t *testing.T) { testVerdict(t, pair) })
 	t.Run("PeerClose", func(t *testing.T) { testPeerClose(t, pair) })
 	t.Run("LocalClose", func(t *testing.T) { testLocalClose(t, pair) })
@@ -375,7 +376,7 @@ func testAbort(t *testing.T, pair Pair) {
 // or a bare lost connection, even when the deadline has passed already or
 // the wait was a send the peer no longer reads: a rank whose deadline
 // races its neighbour's abort still names the root cause. Every transport
-// is a transport.Failer, which reports the verdict without waiting.
+// reports the verdict through Failure without waiting.
 func testVerdict(t *testing.T, pair Pair) {
 	// b (rank 1) fails because it timed out waiting for rank 2
 	reason := transport.AbortReason(1, transport.TimedOut(1, 2, "waiting for the disk of rank 2"))
@@ -388,10 +389,7 @@ func testVerdict(t *testing.T, pair Pair) {
 	}
 	verdict := func(t *testing.T, a transport.Link) {
 		t.Helper()
-		f, ok := a.(transport.Failer)
-		if !ok {
-			t.Fatalf("%T is not a transport.Failer", a)
-		}
+		f := a
 		deadline := time.Now().Add(5 * time.Second)
 		for f.Failure() == nil {
 			if time.Now().After(deadline) {
@@ -422,6 +420,37 @@ func testVerdict(t *testing.T, pair Pair) {
 		}
 		verdict(t, a)
 	})
+}
+
+// Failure: nil on both ends of a working link (a frame crossed it), this
+// end's Aborted error at once after Close, and a failure on the peer soon
+// after, without a call that would notice it.
+func testFailure(t *testing.T, pair Pair) {
+	a, b := open(t, pair)
+	go a.Send(hdr(0), []byte("12345678"))
+	if err := b.RecvInto(hdr(0), make([]byte, 8)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Failure(); err != nil {
+		t.Fatalf("Failure of a working link: %v", err)
+	}
+	if err := b.Failure(); err != nil {
+		t.Fatalf("Failure of a working link: %v", err)
+	}
+	a.Close()
+	if e := transport.ErrorOf(a.Failure()); e == nil || e.Kind != transport.KindAborted {
+		t.Fatalf("Failure after Close: want this end's Aborted error, got %v", a.Failure())
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for b.Failure() == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the peer's Failure stays nil 5 s after this end closed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if status.CodeOf(b.Failure()) != status.RemoteError {
+		t.Fatalf("the peer's Failure after Close: want a remote error, got %v", b.Failure())
+	}
 }
 
 // PeerClose: frames sent before the peer closed are still delivered, then
