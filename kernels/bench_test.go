@@ -118,8 +118,8 @@ func BenchmarkFinalize(b *testing.B) {
 // reduce-scatter step of a 2-rank ring allreduce of total bytes, cut into
 // 1 MiB chunks (GOCL_BUFFSIZE's default): a received chunk (from a 4 MiB
 // FIFO ring, cached) reduced with the local input into the peer's slot and
-// into the result. "fused" is AccumulateCopy (streaming the result as the
-// ring does from Streams on); "reduce+copy" the two passes it replaced.
+// into the result. "fused" is AccumulateCopy (non-temporal stores for the result as
+// the ring uses from Nontemporal on); "reduce+copy" the two passes it replaced.
 // MB/s counts the result's bytes.
 func BenchmarkRecvReduceCopySend(b *testing.B) {
 	const chunk = 1 << 20
@@ -131,13 +131,13 @@ func BenchmarkRecvReduceCopySend(b *testing.B) {
 			}
 		}
 		r, _ := NewReducer(Float32, Sum, 2, nil)
-		stream := Streams(2 * total)
+		nontemporal := Nontemporal(2 * total)
 		slot := func(j int) []byte { return ring[(j%4)*chunk : (j%4+1)*chunk] }
 		for _, v := range []struct {
 			name string
 			step func(out, d, pl, in []byte)
 		}{
-			{"fused", func(out, d, pl, in []byte) { r.AccumulateCopy(out, d, pl, in, stream) }},
+			{"fused", func(out, d, pl, in []byte) { r.AccumulateCopy(out, d, pl, in, nontemporal) }},
 			{"reduce+copy", func(out, d, pl, in []byte) { r.Accumulate(out, pl, in); copy(d, out) }},
 		} {
 			b.Run(fmt.Sprintf("%s/%dMiB", v.name, total>>20), func(b *testing.B) {

@@ -13,21 +13,21 @@ package kernels
 // multiple of every element size.
 const fuseBlock = 16 << 10
 
-// Streams reports whether a collective whose result is n bytes per rank
+// Nontemporal reports whether a collective whose result is n bytes per rank
 // should write that result with non-temporal stores: from the size on which
-// Accumulate streams its own result (a result that large, with its inputs,
+// Accumulate writes its own result so (a result that large, with its inputs,
 // no longer stays in the shared cache, so keeping it there only evicts data
-// that will be read again, and streaming skips each line's read for
+// that will be read again, and non-temporal stores skip each line's read for
 // ownership).
-func Streams(n int) bool { return n >= streamBytes }
+func Nontemporal(n int) bool { return n >= nontemporalBytes }
 
 // AccumulateCopy writes final(acc ⊕ pre(in)) (Finalize applied: Avg
-// divides) into out and into dst, reading acc and in once. With stream, dst
-// is written with non-temporal stores where the CPU has them (see Streams);
+// divides) into out and into dst, reading acc and in once. With nontemporal, dst
+// is written with non-temporal stores where the CPU has them (see Nontemporal);
 // out always with ordinary stores (it is the copy that is read next, such
 // as a peer's FIFO slot). All four have the same length; out and dst may be
 // acc or in (same start) but must not partially overlap them or each other.
-func (r *Reducer) AccumulateCopy(out, dst, acc, in []byte, stream bool) {
+func (r *Reducer) AccumulateCopy(out, dst, acc, in []byte, nontemporal bool) {
 	r.check(len(out), len(acc), len(in))
 	r.check(len(dst), len(acc), len(in))
 	if len(out) == 0 {
@@ -43,32 +43,33 @@ func (r *Reducer) AccumulateCopy(out, dst, acc, in []byte, stream bool) {
 		}
 		switch {
 		case one:
-		case stream:
-			copyStream(dst[o:e], b)
+		case nontemporal:
+			copyNontemporal(dst[o:e], b)
 		default:
 			copy(dst[o:e], b)
 		}
 	}
-	if stream && !one {
-		streamFence()
+	if nontemporal && !one {
+		nontemporalFence()
 	}
 }
 
 // Copy copies src into dst (equal lengths, not partially overlapping).
-// With stream it writes with non-temporal stores where the CPU has them
-// (see Streams); without, it always uses cached stores: Go's copy streams
-// from 1 MiB on, which sends memory that is read next (a FIFO slot, a
-// result the caller reads) to DRAM and makes its reader fetch it back.
-func Copy(dst, src []byte, stream bool) {
+// With nontemporal it writes with non-temporal stores where the CPU has them
+// (see Nontemporal); without, it always uses cached stores: Go's copy uses
+// non-temporal stores from 1 MiB on, which sends memory that is read next
+// (a FIFO slot, a result the caller reads) to DRAM and makes its reader
+// fetch it back.
+func Copy(dst, src []byte, nontemporal bool) {
 	if len(dst) != len(src) {
 		panic("kernels: Copy of unequal lengths")
 	}
 	if len(dst) == 0 || &dst[0] == &src[0] {
 		return
 	}
-	if stream {
-		copyStream(dst, src)
-		streamFence()
+	if nontemporal {
+		copyNontemporal(dst, src)
+		nontemporalFence()
 		return
 	}
 	const step = 512 << 10 // under runtime.memmove's non-temporal threshold

@@ -9,7 +9,7 @@ import (
 
 // AccumulateCopy against the scalar reference: every dtype × op (PreMulSum
 // with several scalars, Avg's division), vector and portable loops, cached
-// and streaming, lengths around the fused block and the vector block,
+// and non-temporal, lengths around the fused block and the vector block,
 // unaligned starts, dst aliasing an input, and NaN, ±0, ±inf, subnormals.
 func TestAccumulateCopyMatrix(t *testing.T) {
 	lens := []int{0, 1, 7, 33, 1001}
@@ -31,12 +31,12 @@ func TestAccumulateCopyMatrix(t *testing.T) {
 						}
 						for _, n := range ns {
 							for _, alias := range []string{"fresh", "dst=in", "dst=acc", "out=dst"} {
-								stream := rng.IntN(2) == 0
+								nontemporal := rng.IntN(2) == 0
 								if n > 1001 && rng.IntN(2) == 0 {
 									continue
 								}
-								what := fmt.Sprintf("k=%x vec=%v n=%d %s stream=%v", k, vec != nil, n, alias, stream)
-								checkAccumulateCopy(t, rng, ty, op, r, kr, n, alias, stream, what)
+								what := fmt.Sprintf("k=%x vec=%v n=%d %s nontemporal=%v", k, vec != nil, n, alias, nontemporal)
+								checkAccumulateCopy(t, rng, ty, op, r, kr, n, alias, nontemporal, what)
 							}
 						}
 					}
@@ -46,7 +46,7 @@ func TestAccumulateCopyMatrix(t *testing.T) {
 	}
 }
 
-func checkAccumulateCopy(t *testing.T, rng *rand.Rand, ty DataType, op RedOp, r *Reducer, kr uint64, n int, alias string, stream bool, what string) {
+func checkAccumulateCopy(t *testing.T, rng *rand.Rand, ty DataType, op RedOp, r *Reducer, kr uint64, n int, alias string, nontemporal bool, what string) {
 	t.Helper()
 	sz := ty.Size()
 	buf := func() []byte { // an unaligned start, special values
@@ -71,7 +71,7 @@ func checkAccumulateCopy(t *testing.T, rng *rand.Rand, ty DataType, op RedOp, r 
 	case "out=dst":
 		out = dst
 	}
-	r.AccumulateCopy(out, dst, acc, in, stream)
+	r.AccumulateCopy(out, dst, acc, in, nontemporal)
 	compareBuf(t, ty, what+" out", out, want)
 	compareBuf(t, ty, what+" dst", dst, want)
 }
@@ -86,8 +86,8 @@ func TestAccumulateCopyLengthMismatchPanics(t *testing.T) {
 	r.AccumulateCopy(make([]byte, 8), make([]byte, 4), make([]byte, 8), make([]byte, 8), false)
 }
 
-// Copy, streaming or not, at every start offset within a vector block and
-// lengths around the streaming kernel's sizes.
+// Copy, non-temporal or not, at every start offset within a vector block and
+// lengths around the non-temporal kernel's sizes.
 func TestCopy(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	for _, n := range []int{0, 1, 31, 32, 255, 256, 257, 4095, 100_003, 600 << 10} {
@@ -96,11 +96,11 @@ func TestCopy(t *testing.T) {
 			src[i] = byte(rng.Uint32())
 		}
 		for off := range 33 {
-			for _, stream := range []bool{false, true} {
+			for _, nontemporal := range []bool{false, true} {
 				dst := make([]byte, n+64)[off : off+n]
-				Copy(dst, src, stream)
+				Copy(dst, src, nontemporal)
 				if !bytes.Equal(dst, src) {
-					t.Fatalf("Copy(n=%d, off=%d, stream=%v) differs", n, off, stream)
+					t.Fatalf("Copy(n=%d, off=%d, nontemporal=%v) differs", n, off, nontemporal)
 				}
 			}
 		}

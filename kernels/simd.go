@@ -11,14 +11,14 @@ import (
 
 const simdBlock = 32
 
-// streamBytes is the Accumulate length from which the result is written
+// nontemporalBytes is the Accumulate length from which the result is written
 // with non-temporal stores, past the caches: a result this large, with its
 // two inputs, fills much of a last-level cache anyway, so keeping it there
-// only evicts other data, and streaming skips the read-for-ownership of
+// only evicts other data, and non-temporal stores skip the read-for-ownership of
 // every destination line (measured here, one core: 2x and more at 16 and
-// 64 MiB). glibc's memcpy likewise streams copies that are a sizeable
+// 64 MiB). glibc's memcpy likewise bypasses the caches for copies that are a sizeable
 // fraction of the shared cache.
-var streamBytes = 8 << 20 // a variable so tests can lower it
+var nontemporalBytes = 8 << 20 // a variable so tests can lower it
 
 // binaryKernel computes d = a op b over n bytes (a multiple of simdBlock);
 // k points at the op's scalar, if any. unaryKernel computes d = f(s).
@@ -31,7 +31,7 @@ type (
 // accum is indexed by RedOp (Avg accumulates as Sum); preMulSum and scale
 // take the PreMulSum scalar (float32 for fp16/bf16), div the Avg divisor
 // (float64 for float64 and the 32-bit integers, float32 otherwise). The NT
-// twins use streaming stores and need a 32-byte aligned dst.
+// twins use non-temporal stores and need a 32-byte aligned dst.
 type simdSet struct {
 	accum       [NumOps]binaryKernel
 	preMulSum   binaryKernel
@@ -61,12 +61,12 @@ func simdKernels() *[NumTypes]simdSet {
 }
 
 // vec3 runs kern over whole blocks and tail over the rest; from
-// streamBytes on, nt with dst aligned by running tail over the head first
+// nontemporalBytes on, nt with dst aligned by running tail over the head first
 // (dst must hold whole elements of size at aligned addresses for that).
 func vec3(kern, nt binaryKernel, size int, k *byte, tail func(d, a, b []byte)) func(d, a, b []byte) {
 	return func(d, a, b []byte) {
 		run := kern
-		if len(d) >= streamBytes && nt != nil {
+		if len(d) >= nontemporalBytes && nt != nil {
 			if head := int(-uintptr(unsafe.Pointer(&d[0])) & (simdBlock - 1)); head%size == 0 {
 				tail(d[:head], a[:head], b[:head])
 				d, a, b = d[head:], a[head:], b[head:]

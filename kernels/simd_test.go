@@ -25,12 +25,12 @@ func TestSIMDMatchesPortable(t *testing.T) {
 		t.Skipf("no vector kernels on this CPU (%s)", ISA())
 	}
 	t.Run("cached", func(t *testing.T) { testSIMD(t, vec) })
-	// The streaming-store twins, on every length from 64 bytes, with the
-	// aligned head run by the portable loop (or no streaming when dst is
+	// The non-temporal-store twins, on every length from 64 bytes, with the
+	// aligned head run by the portable loop (or no non-temporal stores when dst is
 	// not element-aligned: the random offsets give both).
-	defer func(old int) { streamBytes = old }(streamBytes)
-	streamBytes = 64
-	t.Run("streaming", func(t *testing.T) { testSIMD(t, vec) })
+	defer func(old int) { nontemporalBytes = old }(nontemporalBytes)
+	nontemporalBytes = 64
+	t.Run("nontemporal", func(t *testing.T) { testSIMD(t, vec) })
 }
 
 func testSIMD(t *testing.T, vec *[NumTypes]simdSet) {

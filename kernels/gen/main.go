@@ -189,8 +189,8 @@ const (
 )
 
 type kernel struct {
-	name   string
-	stream bool // non-temporal stores (dst 32-byte aligned): the "NT" twin
+	name        string
+	nontemporal bool // non-temporal stores (dst 32-byte aligned): the "NT" twin
 	// exact: the result is always one of the inputs (max, min), so bf16
 	// needs no rounding, only NaN quieting.
 	exact  bool
@@ -240,7 +240,7 @@ func gen(w *asm, k kernel) {
 		frame = 32
 	}
 	store := "VMOVDQU"
-	if k.stream {
+	if k.nontemporal {
 		store = "VMOVNTDQ"
 	}
 	fmt.Fprintf(w, "\n// func %s(d, %s *byte, n int, k *byte)\n", k.name, map[bool]string{false: "a, b", true: "s"}[k.unary])
@@ -346,8 +346,8 @@ func gen(w *asm, k kernel) {
 	block(1)
 	w.i("JMP one")
 	fmt.Fprintln(w, "done:")
-	if k.stream {
-		w.i("SFENCE") // order the streaming stores before whatever publishes dst
+	if k.nontemporal {
+		w.i("SFENCE") // order the non-temporal stores before whatever publishes dst
 	}
 	w.i("VZEROUPPER")
 	w.i("RET")
@@ -482,7 +482,7 @@ func main() {
 		gen(&s, k)
 		if !k.unary {
 			nt := k
-			nt.name, nt.stream = k.name+"NT", true
+			nt.name, nt.nontemporal = k.name+"NT", true
 			gen(&s, nt)
 		}
 		return k.name

@@ -57,7 +57,7 @@ func AllGatherDirect(c *Ctx, send, recv []byte, count int) error {
 			}
 		}
 		if own { // after the sends, so that peers need not wait for it
-			kernels.Copy(block(r), send, p.stream)
+			kernels.Copy(block(r), send, p.nontemporal)
 		}
 		for k := 1; k < n; k++ {
 			q := c.peer(-k)
@@ -83,16 +83,16 @@ func AllGatherHalvingDoubling(c *Ctx, send, recv []byte, count int) error {
 	seg := blocks(func(i int) (int, int) { return i * count, (i + 1) * count })
 	return c.runGather(count, func(p *prims) error {
 		if !same(send, own) {
-			kernels.Copy(own, send, p.stream)
+			kernels.Copy(own, send, p.nontemporal)
 		}
 		return hdAllGather(c, p, seg, recv)
 	})
 }
 
 // runGather is run for an allgather: its result is the N blocks of count
-// elements, not the count its header carries, so it decides streaming on
+// elements, not the count its header carries, so it decides on non-temporal stores from
 // N*count. (On 4 ranks a 16 MiB result was written through the cache, block
 // by block under the threshold, and took 1.4x as long per byte as on 2.)
 func (c *Ctx) runGather(count int, body func(p *prims) error) error {
-	return c.runStreaming(kernels.Streams(c.N*count*c.Elem), body)
+	return c.runNontemporal(kernels.Nontemporal(c.N*count*c.Elem), body)
 }

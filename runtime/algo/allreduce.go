@@ -32,7 +32,7 @@ func allReduceRing(c *Ctx, send, recv []byte, count int) error {
 	first := func(p *prims, j int) error {
 		return p.copySend(c.next(), j*2*(n-1), piece(send, r, j), piece(recv, r, j))
 	}
-	return c.runStreaming(c.streamsResult(send, recv), func(p *prims) error {
+	return c.runNontemporal(c.nontemporalResult(send, recv), func(p *prims) error {
 		if err := first(p, 0); err != nil {
 			return err
 		}

@@ -165,8 +165,8 @@ func (c *Ctx) local(send, recv []byte) {
 	c.Red.Finalize(recv)
 }
 
-// streamsResult reports whether a call writing its result to recv from
-// send should write it with non-temporal stores (kernels.Streams decides on
+// nontemporalResult reports whether a call writing its result to recv from
+// send should write it with non-temporal stores (kernels.Nontemporal decides on
 // the bytes the call keeps in the cache: its result and, out of place, its
 // input beside it). Ranks sharing a host share its last-level cache, and
 // while they run side by side (up to two per core) what counts is what all
@@ -177,13 +177,13 @@ func (c *Ctx) local(send, recv []byte) {
 // place even; 8 ranks on 2 cores, 2 MiB streamed 12% and 13% slower in two
 // runs (where two identical libraries differed by up to 9%), so ranks that
 // crowd a core more than two deep keep the one-rank rule.
-func (c *Ctx) streamsResult(send, recv []byte) bool {
+func (c *Ctx) nontemporalResult(send, recv []byte) bool {
 	n := int(c.Hdr.Count) * c.Elem
 	if !same(send, recv) {
 		n *= 2
 	}
 	if c.Local > 2 && c.Local <= 2*host.Cores() {
-		return kernels.Streams(n * c.Local / 2)
+		return kernels.Nontemporal(n * c.Local / 2)
 	}
-	return kernels.Streams(n)
+	return kernels.Nontemporal(n)
 }

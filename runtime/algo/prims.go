@@ -63,9 +63,9 @@ type sendReq struct {
 
 // prims runs the primitives of one call on one rank.
 type prims struct {
-	c      *Ctx
-	mode   []sendMode // by peer
-	stream bool       // the call's result is written past the caches (kernels.Streams)
+	c           *Ctx
+	mode        []sendMode // by peer
+	nontemporal bool       // the call's result is written past the caches (kernels.Nontemporal)
 
 	// queued frames
 	mu      sync.Mutex
@@ -83,12 +83,12 @@ type prims struct {
 // communicator, then waits for the sender: the call must not return while a
 // goroutine still reads the caller's buffers.
 func (c *Ctx) run(body func(p *prims) error) error {
-	return c.runStreaming(kernels.Streams(int(c.Hdr.Count)*c.Elem), body)
+	return c.runNontemporal(kernels.Nontemporal(int(c.Hdr.Count)*c.Elem), body)
 }
 
-// runStreaming is run with the choice of streaming stores made by the caller.
-func (c *Ctx) runStreaming(stream bool, body func(p *prims) error) error {
-	p := &prims{c: c, mode: make([]sendMode, c.N), stream: stream}
+// runNontemporal is run with the choice of non-temporal stores made by the caller.
+func (c *Ctx) runNontemporal(nontemporal bool, body func(p *prims) error) error {
+	p := &prims{c: c, mode: make([]sendMode, c.N), nontemporal: nontemporal}
 	err := body(p)
 	if err != nil {
 		c.Fail(err)
@@ -188,35 +188,35 @@ func (p *prims) sendCopy(peer, step int, src, dst []byte) error {
 	}
 	return p.produce(peer, step, len(src), func(out []byte) error {
 		if same(out, dst) { // not lent: dst is the frame
-			kernels.Copy(dst, src, p.stream)
+			kernels.Copy(dst, src, p.nontemporal)
 			return nil
 		}
-		copyTwice(out, dst, src, p.stream)
+		copyTwice(out, dst, src, p.nontemporal)
 		return nil
 	}, dst)
 }
 
 // copyTwice copies src into out (cached: a FIFO slot, read next) and into
-// dst (streamed when stream), a block at a time, so that src is read once.
-func copyTwice(out, dst, src []byte, stream bool) {
+// dst (with non-temporal stores when nontemporal), a block at a time, so that src is read once.
+func copyTwice(out, dst, src []byte, nontemporal bool) {
 	const block = 16 << 10 // stays in L1 between its two copies
 	for o := 0; o < len(src); o += block {
 		e := min(o+block, len(src))
 		kernels.Copy(out[o:e], src[o:e], false)
-		kernels.Copy(dst[o:e], src[o:e], stream)
+		kernels.Copy(dst[o:e], src[o:e], nontemporal)
 	}
 }
 
 // ---- receiving
 
 // recv: the frame of step from peer lands in dst. A result large enough
-// to stream (p.stream) is copied out of a shared-memory FIFO with
+// to bypass the caches (p.nontemporal) is copied out of a shared-memory FIFO with
 // non-temporal stores.
 func (p *prims) recv(peer, step int, dst []byte) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	if s, ok := p.c.Links[peer].(transport.Streamer); ok && p.stream {
+	if s, ok := p.c.Links[peer].(transport.PieceReceiver); ok && p.nontemporal {
 		h := p.c.hdr(step)
 		h.Len = uint64(len(dst))
 		return s.RecvPieces(h, func(off int, pl []byte) { kernels.Copy(dst[off:off+len(pl)], pl, true) })
@@ -232,7 +232,7 @@ func (p *prims) recvReduceCopy(red *kernels.Reducer, peer, step int, dst, local 
 	}
 	h := p.c.hdr(step)
 	h.Len = uint64(len(dst))
-	if s, ok := p.c.Links[peer].(transport.Streamer); ok {
+	if s, ok := p.c.Links[peer].(transport.PieceReceiver); ok {
 		return s.RecvPieces(h, func(off int, pl []byte) {
 			red.Accumulate(dst[off:off+len(pl)], pl, local[off:off+len(pl)])
 		})
@@ -254,13 +254,13 @@ func (p *prims) recvReduceCopySend(from, to, step int, dst, local []byte) error 
 	return p.produce(to, step+1, len(dst), func(out []byte) error {
 		h := p.c.hdr(step)
 		h.Len = uint64(len(dst))
-		if s, ok := p.c.Links[from].(transport.Streamer); ok {
+		if s, ok := p.c.Links[from].(transport.PieceReceiver); ok {
 			return s.RecvPieces(h, func(off int, pl []byte) {
 				e := off + len(pl)
-				p.c.Red.AccumulateCopy(out[off:e], dst[off:e], pl, local[off:e], p.stream)
+				p.c.Red.AccumulateCopy(out[off:e], dst[off:e], pl, local[off:e], p.nontemporal)
 			})
 		}
-		return p.c.Links[from].RecvWith(h, func(pl []byte) { p.c.Red.AccumulateCopy(out, dst, pl, local, p.stream) })
+		return p.c.Links[from].RecvWith(h, func(pl []byte) { p.c.Red.AccumulateCopy(out, dst, pl, local, p.nontemporal) })
 	}, dst)
 }
 
@@ -308,7 +308,7 @@ func (p *prims) recvCopySend(from, to, step int, dst []byte) error {
 		}
 		h := p.c.hdr(step)
 		h.Len = uint64(len(dst))
-		return p.c.Links[from].RecvWith(h, func(pl []byte) { copyTwice(out, dst, pl, p.stream) })
+		return p.c.Links[from].RecvWith(h, func(pl []byte) { copyTwice(out, dst, pl, p.nontemporal) })
 	}, dst)
 }
 

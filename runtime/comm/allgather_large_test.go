@@ -8,8 +8,8 @@ import (
 	"gocl/runtime/wire"
 )
 
-// TestLargeAllGather gathers a result over the streaming-store threshold
-// (8 MiB per rank, from 4 blocks of an odd count, so that the streamed
+// TestLargeAllGather gathers a result over the non-temporal-store threshold
+// (8 MiB per rank, from 4 blocks of an odd count, so that the non-temporal
 // copies have unaligned tails) with each algorithm, out of place and in
 // place, over shared memory and in process.
 func TestLargeAllGather(t *testing.T) {

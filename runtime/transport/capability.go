@@ -24,11 +24,11 @@ type Lender interface {
 	Cancel()
 }
 
-// Streamer is a Link that can hand a frame's payload over in pieces, each
-// where it lies (a FIFO slot, or a cache-sized buffer that a single-copy
-// read has just filled), so a reduction consumes a large frame without
-// first gathering it into one buffer.
-type Streamer interface {
+// PieceReceiver is a Link that can hand a frame's payload over in pieces,
+// each where it lies (a FIFO slot, or a cache-sized buffer that a
+// single-copy read has just filled), so a reduction consumes a large frame
+// without first gathering it into one buffer.
+type PieceReceiver interface {
 	// RecvPieces receives the frame want describes (want.Len set), calling
 	// use(off, piece) for consecutive pieces that cover it in order. Every
 	// piece but the last is a multiple of 64 bytes (whole elements of every

@@ -209,7 +209,7 @@ func (l *link) pull(dst []byte, addr uint64) error {
 	return nil
 }
 
-// RecvPieces implements transport.Streamer: ring pieces are handed over
+// RecvPieces implements transport.PieceReceiver: ring pieces are handed over
 // where they lie, single-copy frames a cache-sized piece at a time.
 func (l *link) RecvPieces(want *wire.Header, use func(off int, piece []byte)) error {
 	return l.frame(want, nil, nil, use)
@@ -245,6 +245,6 @@ func (l *link) givePiece(p *piece, want *wire.Header, off int, use func(off int,
 }
 
 var (
-	_ transport.Streamer = (*link)(nil)
-	_ transport.Poster   = (*link)(nil)
+	_ transport.PieceReceiver = (*link)(nil)
+	_ transport.Poster        = (*link)(nil)
 )

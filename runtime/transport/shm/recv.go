@@ -151,7 +151,7 @@ func (l *link) frame(want *wire.Header, dst []byte, use func(payload []byte), pi
 				if err := l.llPayload(&p, d, want); err != nil {
 					return err
 				}
-			default: // cached stores: Go's copy streams 1 MiB pieces to DRAM
+			default: // cached stores: Go's copy sends 1 MiB pieces to DRAM (non-temporal)
 				transport.CopyCached(d, l.ring(&p))
 			}
 			if use != nil && last {

@@ -62,7 +62,7 @@ func Run(t *testing.T, pair Pair) {
 	t.Run("Prober", func(t *testing.T) { testProber(t, pair) })
 	t.Run("PeekWhileSending", func(t *testing.T) { testPeekWhileSending(t, pair) })
 	t.Run("Counted", func(t *testing.T) { testCounted(t, pair) })
-	t.Run("Streamer", func(t *testing.T) { testStreamer(t, pair) })
+	t.Run("PieceReceiver", func(t *testing.T) { testPieceReceiver(t, pair) })
 	t.Run("TrySender", func(t *testing.T) { testTrySender(t, pair) })
 	t.Run("TrySenderAbandon", func(t *testing.T) { testTrySenderAbandon(t, pair) })
 }
@@ -145,13 +145,14 @@ func testTrySenderAbandon(t *testing.T, pair Pair) {
 	}
 }
 
-// Streamer: RecvPieces covers every frame with consecutive pieces, in order,
-// each a multiple of 64 bytes but the last, holding the frame's bytes.
-func testStreamer(t *testing.T, pair Pair) {
+// PieceReceiver: RecvPieces covers every frame with consecutive pieces, in
+// order, each a multiple of 64 bytes but the last, holding the frame's
+// bytes.
+func testPieceReceiver(t *testing.T, pair Pair) {
 	a, b := open(t, pair)
-	s, ok := b.(transport.Streamer)
+	s, ok := b.(transport.PieceReceiver)
 	if !ok {
-		t.Skipf("%s is not a transport.Streamer", b.Name())
+		t.Skipf("%s is not a transport.PieceReceiver", b.Name())
 	}
 	r := rand.New(rand.NewPCG(5, 6))
 	for i, n := range Sizes {
