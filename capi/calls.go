@@ -33,7 +33,12 @@ func goclgoCall(coll C.int, send, recv unsafe.Pointer, count C.size_t, dtype, op
 	// A size_t above MaxInt64 becomes negative; validation prints it back
 	// as the unsigned value the caller passed.
 	o := comm.Op{Coll: wire.Coll(coll), Send: send, Recv: recv, Count: int(count), Type: kernels.DataType(dtype),
-		RedOp: int32(op), Root: int(root), IsSend: isSend != 0}
+		RedOp: int32(op), IsSend: isSend != 0}
+	if o.Coll == wire.SendRecv {
+		o.Peer = int(root) // send and recv pass their peer here
+	} else {
+		o.Root = int(root)
+	}
 	if g := currentGroup(); g != nil {
 		if err := g.group.Add(c, s, o); err != nil {
 			g.failed = true

@@ -107,11 +107,11 @@ func (r *request) run(c *comm.Comm) error {
 			copy(unsafe.Slice((*byte)(r.recv), r.nrecv), unsafe.Slice((*byte)(r.send), r.nsend))
 			got = true
 		case s == me:
-			if err := g.Add(c, nil, comm.Op{Coll: wire.SendRecv, Send: r.send, Count: r.nsend, Type: t, Root: int(d), IsSend: true}); err != nil {
+			if err := g.Add(c, nil, comm.Op{Coll: wire.SendRecv, Send: r.send, Count: r.nsend, Type: t, Peer: int(d), IsSend: true}); err != nil {
 				return err
 			}
 		case d == me:
-			if err := g.Add(c, nil, comm.Op{Coll: wire.SendRecv, Recv: r.recv, Count: r.nrecv, Type: t, Root: int(s)}); err != nil {
+			if err := g.Add(c, nil, comm.Op{Coll: wire.SendRecv, Recv: r.recv, Count: r.nrecv, Type: t, Peer: int(s)}); err != nil {
 				return err
 			}
 			got = true

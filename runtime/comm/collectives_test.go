@@ -202,10 +202,10 @@ func checkMovement(c *Comm, k *checker, t kernels.DataType, count, root int, inP
 	send = fill(t, kernels.Sum, r, count)
 	recv = make([]byte, count*es)
 	self := make([]byte, count*es)
-	g.Add(c, nil, Op{Coll: wire.SendRecv, IsSend: true, Send: ptr(send), Count: count, Type: t, Root: (r + 1) % n})
-	g.Add(c, nil, Op{Coll: wire.SendRecv, Recv: ptr(recv), Count: count, Type: t, Root: (r + n - 1) % n})
-	g.Add(c, nil, Op{Coll: wire.SendRecv, IsSend: true, Send: ptr(send), Count: count, Type: t, Root: r})
-	g.Add(c, nil, Op{Coll: wire.SendRecv, Recv: ptr(self), Count: count, Type: t, Root: r})
+	g.Add(c, nil, Op{Coll: wire.SendRecv, IsSend: true, Send: ptr(send), Count: count, Type: t, Peer: (r + 1) % n})
+	g.Add(c, nil, Op{Coll: wire.SendRecv, Recv: ptr(recv), Count: count, Type: t, Peer: (r + n - 1) % n})
+	g.Add(c, nil, Op{Coll: wire.SendRecv, IsSend: true, Send: ptr(send), Count: count, Type: t, Peer: r})
+	g.Add(c, nil, Op{Coll: wire.SendRecv, Recv: ptr(self), Count: count, Type: t, Peer: r})
 	if err := g.Run(); err != nil {
 		return fmt.Errorf("%s: %w", tag("sendrecv"), err)
 	}

@@ -171,12 +171,12 @@ func (c *Comm) pointToPoint(ops []*Op) error {
 	var selfSend, selfRecv []*Op
 	for _, op := range ops {
 		switch {
-		case op.Root == c.rank && op.IsSend:
+		case op.Peer == c.rank && op.IsSend:
 			selfSend = append(selfSend, op)
-		case op.Root == c.rank:
+		case op.Peer == c.rank:
 			selfRecv = append(selfRecv, op)
 		default:
-			l := lane{op.Root, op.IsSend}
+			l := lane{op.Peer, op.IsSend}
 			if _, ok := lanes[l]; !ok {
 				order = append(order, l)
 			}
@@ -215,7 +215,7 @@ func (c *Comm) pointToPoint(ops []*Op) error {
 // p2p moves one send or receive. Each direction of each pair has its own
 // sequence number, so a count or type mismatch is caught by the header.
 func (c *Comm) p2p(op *Op) error {
-	peer := op.Root
+	peer := op.Peer
 	h := wire.Header{Kind: wire.KindP2P, Coll: wire.SendRecv, Dtype: uint8(op.Type), Count: uint64(op.Count)}
 	seqs := c.recvSeq
 	if op.IsSend {

@@ -234,7 +234,7 @@ func TestBadArguments(t *testing.T) {
 		{"op", Op{Coll: wire.AllReduce, Send: p, Recv: p, Count: 4, Type: kernels.Float32, RedOp: 42}, status.InvalidArgument, []string{"op 42"}},
 		{"root", Op{Coll: wire.Broadcast, Send: p, Recv: p, Count: 4, Type: kernels.Float32, Root: 2}, status.InvalidArgument, []string{"root 2", "[0, 1]"}},
 		{"negative root", Op{Coll: wire.Reduce, Send: p, Recv: p, Count: 4, Type: kernels.Float32, Root: -1}, status.InvalidArgument, []string{"root -1"}},
-		{"peer", Op{Coll: wire.SendRecv, IsSend: true, Send: p, Count: 4, Type: kernels.Float32, Root: 5}, status.InvalidArgument, []string{"peer 5"}},
+		{"peer", Op{Coll: wire.SendRecv, IsSend: true, Send: p, Count: 4, Type: kernels.Float32, Peer: 5}, status.InvalidArgument, []string{"peer 5"}},
 		{"null send", Op{Coll: wire.AllReduce, Recv: p, Count: 4, Type: kernels.Float32}, status.InvalidArgument, []string{"sendbuff is NULL"}},
 		{"null recv", Op{Coll: wire.AllGather, Send: p, Count: 4, Type: kernels.Float32}, status.InvalidArgument, []string{"recvbuff is NULL"}},
 		{"overflow", Op{Coll: wire.AllReduce, Send: p, Recv: p, Count: 1 << 62, Type: kernels.Float64}, status.InvalidArgument, []string{"overflows"}},

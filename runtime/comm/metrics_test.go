@@ -88,8 +88,8 @@ func TestMetricsFile(t *testing.T) {
 				return
 			}
 			var g Group
-			g.Add(c, nil, Op{Coll: wire.SendRecv, IsSend: true, Send: ptr(send), Count: 16, Type: kernels.Float32, Root: 1 - r})
-			g.Add(c, nil, Op{Coll: wire.SendRecv, Recv: ptr(recv), Count: 16, Type: kernels.Float32, Root: 1 - r})
+			g.Add(c, nil, Op{Coll: wire.SendRecv, IsSend: true, Send: ptr(send), Count: 16, Type: kernels.Float32, Peer: 1 - r})
+			g.Add(c, nil, Op{Coll: wire.SendRecv, Recv: ptr(recv), Count: 16, Type: kernels.Float32, Peer: 1 - r})
 			errs[r] = g.Run()
 		}()
 	}

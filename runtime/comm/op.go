@@ -18,7 +18,8 @@ type Op struct {
 	Count      int
 	Type       kernels.DataType
 	RedOp      int32 // a kernels.RedOp, or a handle from CreatePreMulSum
-	Root       int   // root for rooted collectives, peer for send/recv
+	Root       int   // rooted collectives: the root
+	Peer       int   // send/recv: the other rank
 	IsSend     bool  // send/recv: which side
 
 	// Filled by prepare.
@@ -85,8 +86,8 @@ func (c *Comm) prepare(op *Op) error {
 			return bad("root %d is out of range: pass a rank in [0, %d]", op.Root, c.nranks-1)
 		}
 	case wire.SendRecv:
-		if op.Root < 0 || op.Root >= c.nranks {
-			return bad("peer %d is out of range: pass a rank in [0, %d]", op.Root, c.nranks-1)
+		if op.Peer < 0 || op.Peer >= c.nranks {
+			return bad("peer %d is out of range: pass a rank in [0, %d]", op.Peer, c.nranks-1)
 		}
 	}
 	sb, rb := c.sizes(op)

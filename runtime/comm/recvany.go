@@ -24,7 +24,7 @@ func (c *Comm) RecvAny(buf unsafe.Pointer, count int, typ kernels.DataType) (pee
 		return -1, status.Errorf(status.InvalidUsage,
 			"recv from any source on rank %d: the communicator has no other rank to receive from", c.rank)
 	}
-	op := &Op{Coll: wire.SendRecv, Recv: buf, Count: count, Type: typ, Root: (c.rank + 1) % c.nranks}
+	op := &Op{Coll: wire.SendRecv, Recv: buf, Count: count, Type: typ, Peer: (c.rank + 1) % c.nranks}
 	if err := c.usable(); err != nil {
 		return -1, err
 	}
@@ -89,7 +89,7 @@ func (c *Comm) RecvAny(buf unsafe.Pointer, count int, typ kernels.DataType) (pee
 		time.Sleep(nap) // idle: back off to 1 ms between polls
 		nap = min(2*nap, time.Millisecond)
 	}
-	op.Root = peer
+	op.Peer = peer
 	if err := c.p2p(op); err != nil {
 		return -1, err
 	}

@@ -22,7 +22,7 @@ func recvAnyBody(per int) func(c *Comm) error {
 				b := make([]byte, count*4)
 				binary.LittleEndian.PutUint32(b, uint32(c.Rank()))
 				binary.LittleEndian.PutUint32(b[4:], uint32(k))
-				if err := c.Run(nil, Op{Coll: 9, Send: ptr(b), Count: count, Type: kernels.Int32, Root: 0, IsSend: true}); err != nil {
+				if err := c.Run(nil, Op{Coll: 9, Send: ptr(b), Count: count, Type: kernels.Int32, Peer: 0, IsSend: true}); err != nil {
 					return err
 				}
 			}
@@ -92,7 +92,7 @@ func TestRecvAnyChecksTheFrame(t *testing.T) {
 	configReset(t)
 	clique(t, 2, func(c *Comm) error {
 		if c.Rank() == 1 {
-			c.Run(nil, Op{Coll: 9, Send: ptr(make([]byte, 16)), Count: 4, Type: kernels.Int32, Root: 0, IsSend: true})
+			c.Run(nil, Op{Coll: 9, Send: ptr(make([]byte, 16)), Count: 4, Type: kernels.Int32, Peer: 0, IsSend: true})
 			return nil
 		}
 		_, err := c.RecvAny(ptr(make([]byte, 12)), 3, kernels.Int32)
