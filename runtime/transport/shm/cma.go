@@ -32,13 +32,11 @@ import (
 //
 // It is off unless GOCL_SHM_CMA=1. Send keeps its buffer until the
 // receiver has read it (prims instead posts on the caller's goroutine and
-// flushes at the end of the call, transport.Poster), and on the 2-core
-// benchmark host (a Linux 6.18 VM) the kernel's copy is the slower one:
-// process_vm_readv moved 2.4-3.3 GB/s against memcpy's 6-13 GB/s for the
-// same pieces (64 KiB to 4 MiB), paying page pinning and a page-table walk
-// per 4 KiB page. allreduce ran 2x slower at 2 ranks and 2-3x at 4; the
-// FIFO's two copies run on two cores at once and its slots stay in the
-// shared cache.
+// flushes at the end of the call, transport.Poster), and the kernel's copy
+// can be the slower one: process_vm_readv pays page pinning and a
+// page-table walk per 4 KiB page, while the FIFO's two copies run on two
+// cores at once and its slots stay in the shared cache (bench/SHM.md:
+// allreduce 2-3x slower with it on the 2-core benchmark host).
 
 // CMAMin is the smallest frame read from the sender's memory. Below it the
 // data ring wins: a frame up to BufferedMax must never wait for its

@@ -38,7 +38,7 @@ const (
 	dataBytes = 4 << 20
 	segBytes  = dataOff + dataBytes
 
-	segMagic = 0x34_4d48_5320_4c43 // "CL SHM4": packed slot descriptors, short LL frames (shm.go); the handshake ends with the CMA agreement (cma.go)
+	segMagic = 0x34_4d48_5320_4c43 // "CL SHM4": packed slot descriptors, short LL frames (slot.go); the handshake ends with the CMA agreement (cma.go)
 )
 
 // segment is one mapped direction.
@@ -56,9 +56,8 @@ func (s segment) word(k, i int) *uint64 {
 // page of its own, and a page first touched during a call costs a fault
 // (the creator's a zeroing too) on the critical path. The data ring is
 // left to fault in as it is used (reserve keeps small frames on a few
-// pages): populating all of it cost an 8-rank init 0.25 s on the
-// benchmark VM. A kernel without MADV_POPULATE_WRITE (before 5.14) faults
-// them in later.
+// pages): populating all of it makes init slow (bench/SHM.md). A kernel
+// without MADV_POPULATE_WRITE (before 5.14) faults them in later.
 func (s segment) populate() {
 	syscall.Madvise(s.mem[:dataOff], madvPopulateWrite)
 }

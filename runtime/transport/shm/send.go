@@ -43,8 +43,8 @@ func (l *link) reserve(h *wire.Header, n int) (piece, []byte, error) {
 	if pos != 0 && (pos+need > l.fresh || need <= hotBytes/4 && pos+need > hotBytes) {
 		// The piece would be the first to touch these pages of the ring: a
 		// page fault each, and the zeroing of a new page, on the critical
-		// path (4 ranks on 2 cores: a 2 KiB allreduce took 60 µs and 8 KiB
-		// 150 until the pair had moved 4 MiB, 20 and 52 after). Or it is a
+		// path (bench/SHM.md: small allreduces ran 3x slower until the pair
+		// had moved the whole ring). Or it is a
 		// small piece leaving the ring's first hotBytes. Start again at the
 		// ring's start when the piece there overlaps nothing still in use,
 		// so that small frames keep reusing a few hot lines and pages; a
@@ -132,8 +132,8 @@ func (l *link) post(p *piece, h *wire.Header, payload []byte) {
 	// Sequentially consistent (an xchg on amd64): a full barrier between
 	// the slot's stores and the load of the receiver's sleep flag below, the
 	// mirror image of await's. The futex word is bumped only for a receiver
-	// that may sleep: a locked add on every frame cost as much as the whole
-	// slot's stores (4 ranks on 2 cores, 64 B: 39% of post's cycles).
+	// that may sleep: a locked add on every frame costs as much as the whole
+	// slot's stores (bench/SHM.md).
 	atomic.StoreUint64(&slot[wFlags], first)
 	l.sseq = p.seq
 	if atomic.LoadUint32(l.send.u32(offRecvWait)) != 0 {
@@ -160,8 +160,8 @@ func (l *link) sendFrame(h *wire.Header, data []byte) error {
 		return err
 	}
 	if len(data) <= LLMax {
-		// The header is read where it is: copying it into the piece was a
-		// tenth of a small Send (wide loads of narrow stores just made).
+		// The header is read where it is, not copied into the piece (wide
+		// loads of narrow stores just made; bench/SHM.md).
 		p := piece{seq: l.sseq + 1, n: len(data)}
 		if err := l.slotFree(p.seq, h); err != nil {
 			return err

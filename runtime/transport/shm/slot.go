@@ -49,12 +49,9 @@ const _ = uint(1<<24 - MaxPiece)
 // go through the data ring (Simple protocol). LL moves 4 bytes per 8-byte
 // word and its receiver checks every word's flag, while Simple is one
 // memmove each side behind one flag: a 256 B LL frame fills 10 cache lines
-// of its slot, Simple 2 of the slot and 4 of the ring. In allreduce
-// (gocl-perf, medians of 10-14 alternated runs) Simple was the faster at
-// 256 B, with 1 rank per core (0.79 µs against LL's 0.93) and with 2 (6.7
-// against 7.8: crowded ranks pay for every line in CPU time); at 128 B they
-// were even. (A round trip between two cores alone, earlier: 512 B 0.54 µs
-// Simple against LL's 0.85, 1 KiB 0.80 against 1.6.)
+// of its slot, Simple 2 of the slot and 4 of the ring. Simple wins from
+// 256 B, with one rank per core or two; at 128 B they are even
+// (bench/SHM.md).
 const LLMax = 128
 
 // The LL payload must fit in a slot after the descriptor.
