@@ -156,18 +156,9 @@ func acceptPeers(self int, ln net.Listener, secret []byte, conns [][]net.Conn, e
 // A stranger still greeting when done closes is cut off there.
 func greet(c net.Conn, secret []byte, deadline time.Time, done <-chan struct{}) (peer, idx int, err error) {
 	c.SetDeadline(time.Now().Add(authTimeout))
-	stop, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		select {
-		case <-done:
-			c.SetDeadline(time.Now()) // unblocks the reads below
-		case <-stop:
-		}
-	}()
-	defer func() { // the watcher is gone before c is handed on
-		close(stop)
-		<-stopped
+	stop := cutOffWhen(c, done) // unblocks the reads below
+	defer func() {
+		stop() // the watcher is gone before c is handed on
 		c.SetDeadline(time.Time{})
 	}()
 	if err := authAccept(c, secret); err != nil {

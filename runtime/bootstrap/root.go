@@ -163,16 +163,7 @@ func acceptRanks(ln *net.TCPListener, secret []byte, out chan<- arrival, done <-
 			c.SetDeadline(time.Now().Add(authTimeout))
 			// A stranger still here when the rendezvous ends is cut off then,
 			// not at authTimeout.
-			stop, stopped := make(chan struct{}), make(chan struct{})
-			go func() {
-				defer close(stopped)
-				select {
-				case <-done:
-					c.SetDeadline(time.Now())
-				case <-stop:
-				}
-			}()
-			defer func() { close(stop); <-stopped }()
+			defer cutOffWhen(c, done)()
 			if err := authAccept(c, secret); err != nil {
 				debuglog.Warnf(debuglog.Bootstrap, -1, "bootstrap root: dropped connection from %s: %v", c.RemoteAddr(), err)
 				c.Close()
@@ -195,3 +186,20 @@ func acceptRanks(ln *net.TCPListener, secret []byte, out chan<- arrival, done <-
 
 // authTimeout bounds a handshake so a silent stranger cannot hold a slot.
 const authTimeout = 10 * time.Second
+
+// cutOffWhen is the stranger watchdog of a connection still handshaking: when
+// done closes, c's deadline becomes now, which unblocks its reads and writes.
+// The function it returns stops the watchdog and returns once it is gone, so
+// that c can be handed on with no watchdog left to touch it.
+func cutOffWhen(c net.Conn, done <-chan struct{}) (stop func()) {
+	stopc, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		select {
+		case <-done:
+			c.SetDeadline(time.Now())
+		case <-stopc:
+		}
+	}()
+	return func() { close(stopc); <-stopped }
+}
