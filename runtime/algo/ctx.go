@@ -170,13 +170,8 @@ func (c *Ctx) local(send, recv []byte) {
 // the bytes the call keeps in the cache: its result and, out of place, its
 // input beside it). Ranks sharing a host share its last-level cache, and
 // while they run side by side (up to two per core) what counts is what all
-// of them keep there. Measured with gocl-perf all_reduce, medians of 6-10
-// alternated runs: 2 ranks, 4 MiB out of place streamed +21% (in place 2.4x
-// slower: the buffer is still cached from the call before; 2 MiB out of
-// place slower too); 4 ranks on 2 cores, 2 MiB out of place +22%, 4 MiB in
-// place even; 8 ranks on 2 cores, 2 MiB streamed 12% and 13% slower in two
-// runs (where two identical libraries differed by up to 9%), so ranks that
-// crowd a core more than two deep keep the one-rank rule.
+// of them keep there; ranks that crowd a core more than two deep keep the
+// one-rank rule (bench/TUNING.md).
 func (c *Ctx) nontemporalResult(send, recv []byte) bool {
 	n := int(c.Hdr.Count) * c.Elem
 	if !same(send, recv) {

@@ -176,16 +176,14 @@ func (p *Plan) decide(coll wire.Coll, bytes int) Choice {
 // WakeUs is what each dependent step of an algorithm costs on a crowded
 // host (ranks outnumber cores), on top of the link's latency: the rank that
 // the step waits for must first be given a core. Counted up to the
-// one-shot's cap (DirectMax), where latency decides the choice.
-// gocl-perf all_reduce -P 4 on 2 cores, 8 B: one-shot (one step) 6.5-7.5
-// µs, halving-doubling (four steps) 15 µs, idle and loaded alike.
+// one-shot's cap (DirectMax), where latency decides the choice
+// (bench/TUNING.md).
 const WakeUs = 3
 
 // Estimate is the model's time in µs for coll moving bytes with a and pr.
 // On a crowded host, up to DirectMax, each step adds WakeUs and every byte
 // costs crowd times as much: the ranks sharing a core copy and reduce in
-// turn (4 ranks on 2 cores, 32 KiB: halving-doubling 25 µs, the one-shot,
-// which moves twice the bytes, 45).
+// turn (bench/TUNING.md).
 func (p *Plan) Estimate(coll wire.Coll, a Algo, pr Proto, bytes int) float64 {
 	if p.n == 1 {
 		return 0
