@@ -34,36 +34,32 @@ func (r *request) check(c *comm.Comm) error {
 	bad := func(format string, args ...any) error {
 		return badArg("gocl.jax %s on rank %d: "+format, append([]any{kindName(r.kind), me}, args...)...)
 	}
+	if !r.sized(n) {
+		switch wire.Coll(r.kind) {
+		case wire.AllReduce, wire.Broadcast, wire.SendRecv:
+			return bad("result has %d elements but the input %d: they must match", r.nrecv, r.nsend)
+		case wire.AllGather:
+			return bad("result has %d elements but needs world size %d × input %d", r.nrecv, n, r.nsend)
+		case wire.ReduceScatter:
+			return bad("input has %d elements, which is not world size %d × result %d: axis 0 must split into %d equal blocks", r.nsend, n, r.nrecv, n)
+		case wire.AlltoAll:
+			return bad("input has %d elements: it must split into world size %d equal blocks, and the result must match", r.nsend, n)
+		}
+	}
 	switch wire.Coll(r.kind) {
 	case wire.AllReduce, wire.Broadcast:
-		if r.nsend != r.nrecv {
-			return bad("result has %d elements but the input %d: they must match", r.nrecv, r.nsend)
-		}
 		if wire.Coll(r.kind) == wire.Broadcast && (r.root < 0 || r.root >= n) {
 			return bad("root %d is not a rank of this world of %d: pass root in [0, %d]", r.root, n, n-1)
 		}
 		if wire.Coll(r.kind) == wire.AllReduce && (r.op < 0 || r.op >= int(kernels.NumOps)) {
 			return bad("op %d is not a gocl reduction (sum 0, prod 1, max 2, min 3, avg 4)", r.op)
 		}
-	case wire.AllGather:
-		if r.nrecv != n*r.nsend {
-			return bad("result has %d elements but needs world size %d × input %d", r.nrecv, n, r.nsend)
-		}
+	case wire.AllGather, wire.AlltoAll: // their sizes are all they have to check
 	case wire.ReduceScatter:
-		if r.nsend != n*r.nrecv {
-			return bad("input has %d elements, which is not world size %d × result %d: axis 0 must split into %d equal blocks", r.nsend, n, r.nrecv, n)
-		}
 		if r.op < 0 || r.op >= int(kernels.NumOps) {
 			return bad("op %d is not a gocl reduction (sum 0, prod 1, max 2, min 3, avg 4)", r.op)
 		}
-	case wire.AlltoAll:
-		if r.nsend != r.nrecv || r.nsend%n != 0 {
-			return bad("input has %d elements: it must split into world size %d equal blocks, and the result must match", r.nsend, n)
-		}
 	case wire.SendRecv:
-		if r.nsend != r.nrecv {
-			return bad("result has %d elements but the input %d: they must match", r.nrecv, r.nsend)
-		}
 		if len(r.perm)%2 != 0 {
 			return bad("perm has %d numbers: it must be (source, destination) pairs", len(r.perm))
 		}
@@ -82,6 +78,29 @@ func (r *request) check(c *comm.Comm) error {
 		return bad("unknown collective kind %d", r.kind)
 	}
 	return nil
+}
+
+// count is the count argument of r's call on n ranks, from its buffers
+// (ppermute: of its send and of its receive).
+func (r *request) count(n int) int {
+	switch wire.Coll(r.kind) {
+	case wire.ReduceScatter:
+		return r.nrecv
+	case wire.AlltoAll:
+		return r.nsend / n
+	}
+	return r.nsend
+}
+
+// sized says whether r's buffers have the sizes comm.Elems, the size rules,
+// gives its call on n ranks (ppermute: a send and a receive of count each).
+func (r *request) sized(n int) bool {
+	coll, count := wire.Coll(r.kind), r.count(n)
+	send, recv := comm.Elems(coll, count, n, false)
+	if coll == wire.SendRecv {
+		send, _ = comm.Elems(coll, count, n, true)
+	}
+	return r.nsend == send && r.nrecv == recv
 }
 
 // run executes r on c (the lane's goroutine).

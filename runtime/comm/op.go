@@ -30,30 +30,40 @@ type Op struct {
 // maxBytes bounds one buffer: larger counts are overflow or garbage.
 const maxBytes = 1 << 46
 
-// sizes returns the bytes of the send and recv buffers of op on this comm.
-func (c *Comm) sizes(op *Op) (send, recv int) {
-	b := op.Count * op.Type.Size()
-	n := c.nranks
-	switch op.Coll {
+// Elems is the one statement of the size rules: how many elements the send
+// and recv buffers of a call of coll with count need on nranks ranks (a send
+// has no recv buffer, a receive no send buffer; isSend says which
+// SendRecv is). Buffers a rank does not touch (root-only ones elsewhere) are
+// counted too. Unknown collectives need nothing.
+func Elems(coll wire.Coll, count, nranks int, isSend bool) (send, recv int) {
+	n := nranks
+	switch coll {
 	case wire.AllReduce, wire.Broadcast, wire.Reduce:
-		return b, b
+		return count, count
 	case wire.AllGather:
-		return b, n * b
+		return count, n * count
 	case wire.ReduceScatter:
-		return n * b, b
+		return n * count, count
 	case wire.AlltoAll:
-		return n * b, n * b
+		return n * count, n * count
 	case wire.Gather:
-		return b, n * b
+		return count, n * count
 	case wire.Scatter:
-		return n * b, b
+		return n * count, count
 	case wire.SendRecv:
-		if op.IsSend {
-			return b, 0
+		if isSend {
+			return count, 0
 		}
-		return 0, b
+		return 0, count
 	}
 	return 0, 0
+}
+
+// sizes returns the bytes of the send and recv buffers of op on this comm.
+func (c *Comm) sizes(op *Op) (send, recv int) {
+	s, r := Elems(op.Coll, op.Count, c.nranks, op.IsSend)
+	size := op.Type.Size()
+	return s * size, r * size
 }
 
 func (op *Op) name() string {
