@@ -14,7 +14,7 @@ import os
 import threading
 from pathlib import Path
 
-from . import _natives
+from . import _locate
 from .errors import ForkError
 
 _lock = threading.Lock()
@@ -120,7 +120,7 @@ _STRING_SIGNATURES = {
 
 def library_path() -> Path:
     """Where libgocl.so is: $GOCL_LIBRARY, else next to this file."""
-    return _natives.path("libgocl.so", "GOCL_LIBRARY")
+    return _locate.path("libgocl.so", "GOCL_LIBRARY")
 
 
 def _mark_forked() -> None:

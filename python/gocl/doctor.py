@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import _natives
+from . import _locate
 
 __all__ = ["DoctorNotFound", "binary_path", "main", "report"]
 
@@ -43,11 +43,11 @@ class DoctorNotFound(FileNotFoundError):
 
 def binary_path() -> Path:
     """Where the gocl-doctor executable is: $GOCL_DOCTOR, else _native/ here."""
-    return _natives.path("gocl-doctor", "GOCL_DOCTOR")
+    return _locate.path("gocl-doctor", "GOCL_DOCTOR")
 
 
 def _binary() -> Path:
-    return _natives.executable("gocl-doctor", "GOCL_DOCTOR",
+    return _locate.executable("gocl-doctor", "GOCL_DOCTOR",
                                "go build -o python/gocl/_native/gocl-doctor ./cmd/gocl-doctor", DoctorNotFound)
 
 

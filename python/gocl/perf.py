@@ -33,7 +33,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import _natives
+from . import _locate
 
 __all__ = ["binary_path", "load_runs", "main", "plot"]
 
@@ -43,11 +43,11 @@ PLOT_INSTALL = "pip install 'gocl[plot]'  (or: pip install matplotlib)"
 
 def binary_path() -> Path:
     """Where the gocl-perf executable is: $GOCL_PERF, else _native/ here."""
-    return _natives.path("gocl-perf", "GOCL_PERF")
+    return _locate.path("gocl-perf", "GOCL_PERF")
 
 
 def _binary() -> Path:
-    return _natives.executable("gocl-perf", "GOCL_PERF", "make pylib")
+    return _locate.executable("gocl-perf", "GOCL_PERF", "make pylib")
 
 
 def _env() -> dict[str, str]:
