@@ -182,27 +182,29 @@ def parser() -> argparse.ArgumentParser:
     trace.add_argument("files", nargs="+", help="the ranks' trace files")
     trace.set_defaults(func=_cmd_trace)
 
+    # where gocl status and gocl top look
+    asking = argparse.ArgumentParser(add_help=False)
+    asking.add_argument("--dir", help="the status directory (default: GOCL_STATUS_DIR, $XDG_RUNTIME_DIR/gocl, "
+                                      "/tmp/gocl-UID)")
+    asking.add_argument("--connect", metavar="HOST:PORT", help="a TCP endpoint (the job's GOCL_STATUS=tcp:HOST:PORT; "
+                                                                "GOCL_STATUS_TOKEN holds its secret)")
+
     st = sub.add_parser(
-        "status", help="where the running jobs are: each rank's call, whom it waits on and for how long, the straggler",
+        "status", parents=[asking], help="where the running jobs are: each rank's call, whom it waits on and for how long, the straggler",
         description="Asks every gocl process of this user on this host (their status endpoints, GOCL_STATUS); a "
                     "process that is rank 0 of a communicator asks its ranks on every host. Prints one row per rank "
                     "and names the rank the others wait on.")
     st.add_argument("--json", action="store_true", help="one JSON document instead of the table")
-    st.add_argument("--dir", help="the status directory (default: GOCL_STATUS_DIR, $XDG_RUNTIME_DIR/gocl, /tmp/gocl-UID)")
-    st.add_argument("--connect", metavar="HOST:PORT", help="a TCP endpoint (the job's GOCL_STATUS=tcp:HOST:PORT; "
-                                                            "GOCL_STATUS_TOKEN holds its secret)")
     st.set_defaults(func=_cmd_status)
 
     top = sub.add_parser(
-        "top", help="gocl status live: a terminal view refreshed every second, the straggler highlighted, GPUs (NVML)",
+        "top", parents=[asking], help="gocl status live: a terminal view refreshed every second, the straggler highlighted, GPUs (NVML)",
         description="Asks the processes as gocl status does, every --interval seconds, and shows each communicator's "
                     "ranks, the straggler in reverse video (and marked *, << STRAGGLER), and each GPU's utilisation "
                     "and memory when NVML is present. Keys: q quits, p pauses, arrows/PgUp/PgDn scroll.")
     top.add_argument("--interval", type=float, default=1.0, help="seconds between looks (default 1)")
     top.add_argument("--once", action="store_true", help="print one frame as plain text and exit (also when stdout "
                                                           "is not a terminal)")
-    top.add_argument("--dir", help="the status directory (as gocl status)")
-    top.add_argument("--connect", metavar="HOST:PORT", help="a TCP endpoint (as gocl status)")
     top.set_defaults(func=_cmd_top)
     return p
 

@@ -218,10 +218,12 @@ def _bps(x: float) -> str:
     return f"{x:.0f} B/s"
 
 
-def _call(c: dict | None) -> str:
+def describe_call(c: dict | None, size=lambda b: f"{b} B") -> str:
+    """A call of a view in words (op, sequence number, bytes as size()
+    writes them, algorithm, peer); "-" for none."""
     if not c:
         return "-"
-    s = f"{c['op']} #{c['seq']} {c['bytes']} B"
+    s = f"{c['op']} #{c['seq']} {size(c.get('bytes', 0))}"
     if c.get("algorithm"):
         s += f" {c['algorithm']}"
     if c.get("peer") is not None:
@@ -244,7 +246,7 @@ def row(r: int, v: dict | None, culprit: int | None) -> list[str]:
         state = f"in call {v['current']['seconds']:.1f}s" if v.get("current") else "in call"
     else:
         state = "idle"
-    op = _call(v.get("current") or v.get("last"))
+    op = describe_call(v.get("current") or v.get("last"))
     w = v.get("waiting")
     waits = f"rank {w['peer']} ({w['for']}) {w['seconds']:.1f}s" if w else "-"
     bw = _bps(max(v.get("send_Bps", 0.0), v.get("recv_Bps", 0.0)))
@@ -283,14 +285,22 @@ def as_json(js: list[Job], problems: list[str]) -> dict:
                                "ranks": [j.row(r) for r in range(j.size)]} for j in js]}
 
 
+def address(connect: str | None) -> tuple[str, int] | None:
+    """--connect HOST:PORT as (host, port); ValueError saying what to give."""
+    if not connect:
+        return None
+    host, _, port = connect.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"--connect {connect!r}: give HOST:PORT, the job's GOCL_STATUS=tcp:HOST:PORT")
+    return host, int(port)
+
+
 def main(json_out: bool = False, directory: str | None = None, connect: str | None = None) -> int:
-    target = None
-    if connect:
-        host, _, port = connect.rpartition(":")
-        if not host or not port.isdigit():
-            print(f"gocl status: --connect {connect!r}: give HOST:PORT, the job's GOCL_STATUS=tcp:HOST:PORT")
-            return 2
-        target = (host, int(port))
+    try:
+        target = address(connect)
+    except ValueError as e:
+        print(f"gocl status: {e}")
+        return 2
     replies, problems = collect(Path(directory) if directory else None, target)
     js = jobs(replies)
     if json_out:

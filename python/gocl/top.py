@@ -143,14 +143,8 @@ def _size(b: int) -> str:
 
 
 def _op(c: dict | None, current: bool) -> str:
-    if not c:
-        return "-"
-    s = f"{c['op']} #{c['seq']} {_size(c.get('bytes', 0))}"
-    if c.get("algorithm"):
-        s += f" {c['algorithm']}"
-    if c.get("peer") is not None:
-        s += f" rank {c['peer']}"
-    return s if current else f"({s})"
+    s = status.describe_call(c, _size)
+    return s if current or not c else f"({s})"
 
 
 COLUMNS = ["rank", "host/pid", "state", "op (current; last in brackets)", "in it", "waits on", "for",
@@ -394,13 +388,11 @@ class Screen:
 
 
 def main(interval: float = 1.0, once: bool = False, directory: str | None = None, connect: str | None = None) -> int:
-    target = None
-    if connect:
-        host, _, port = connect.rpartition(":")
-        if not host or not port.isdigit():
-            print(f"gocl top: --connect {connect!r}: give HOST:PORT, the job's GOCL_STATUS=tcp:HOST:PORT")
-            return 2
-        target = (host, int(port))
+    try:
+        target = status.address(connect)
+    except ValueError as e:
+        print(f"gocl top: {e}")
+        return 2
     if not interval > 0:
         print(f"gocl top: --interval {interval:g}: give a positive number of seconds")
         return 2
