@@ -1,10 +1,7 @@
 package comm
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -59,7 +56,7 @@ func TestTraceFileOnFailureAndOnRequest(t *testing.T) {
 	}
 	wg.Wait()
 	for r := range comms {
-		recs := readTrace(t, filepath.Join(dir, "trace-"+string(rune('0'+r))+".jsonl"))
+		recs := readJSONLines[traceRecord](t, filepath.Join(dir, "trace-"+string(rune('0'+r))+".jsonl"))
 		if len(recs) != 3 { // init's own allgather, then the two calls
 			t.Fatalf("rank %d: %d records, want 3: %+v", r, len(recs), recs)
 		}
@@ -85,23 +82,4 @@ func TestTraceFileOnFailureAndOnRequest(t *testing.T) {
 		t.Errorf("DumpTrace with the recorder off: %v, want an error naming GOCL_TRACE_BUFFER", err)
 	}
 	plain[0].Destroy()
-}
-
-func readTrace(t *testing.T, path string) []traceRecord {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []traceRecord
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var r traceRecord
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatalf("%s: %v: %s", path, err, sc.Text())
-		}
-		out = append(out, r)
-	}
-	return out
 }

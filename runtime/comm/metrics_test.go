@@ -1,8 +1,6 @@
 package comm
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -37,25 +35,6 @@ type metricLine struct {
 	Coll    map[string]any `json:"coll_perf"`
 	P2P     map[string]any `json:"p2p_perf"`
 	Dropped *uint64        `json:"gocl_metrics_dropped"`
-}
-
-func readMetrics(t *testing.T, path string) []metricLine {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []metricLine
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var l metricLine
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatalf("%s: %v: %s", path, err, sc.Text())
-		}
-		out = append(out, l)
-	}
-	return out
 }
 
 // With GOCL_METRICS_FILE set every completed collective and send/receive
@@ -104,7 +83,7 @@ func TestMetricsFile(t *testing.T) {
 	}
 	var ids []string
 	for r := range comms {
-		lines := readMetrics(t, filepath.Join(dir, fmt.Sprintf("m-%d.jsonl", r)))
+		lines := readJSONLines[metricLine](t, filepath.Join(dir, fmt.Sprintf("m-%d.jsonl", r)))
 		var ar, ag, sends, recvs int
 		for _, l := range lines {
 			if l.Header.Rank != r || l.Header.NRanks != 2 || l.Header.NNodes != 1 || l.Metadata.Version != "v4.0" ||
@@ -189,7 +168,7 @@ func TestMetricsFailedCall(t *testing.T) {
 		c.Abort()
 	}
 	failed := map[int]bool{}
-	for _, l := range readMetrics(t, path) {
+	for _, l := range readJSONLines[metricLine](t, path) {
 		if l.Coll != nil && l.Coll["coll_error"] != nil {
 			failed[l.Header.Rank] = true
 			if !strings.Contains(l.Coll["coll_error"].(string), "failed on rank") {
@@ -237,7 +216,7 @@ func TestMetricsOffDropsAndPanics(t *testing.T) {
 	m.coll(&h, m.busFactorChoice(), 16, time.Now(), errors.New(`bad "quote"`))
 	m.flush()
 	m.finish()
-	lines := readMetrics(t, path)
+	lines := readJSONLines[metricLine](t, path)
 	if len(lines) != 4 || lines[2].Dropped == nil || *lines[2].Dropped != 4 {
 		t.Fatalf("want 2 records, a drop line of 4, then 1 record; got %+v", lines)
 	}

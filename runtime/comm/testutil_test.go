@@ -1,9 +1,12 @@
 package comm
 
 import (
+	"bufio"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -222,4 +225,24 @@ func redOp(c *Comm, t kernels.DataType, op kernels.RedOp) (int32, func(), error)
 func configReset(tb testing.TB) {
 	config.Reload()
 	tb.Cleanup(config.Reload)
+}
+
+// readJSONLines decodes a file of JSON lines (trace and metrics files).
+func readJSONLines[T any](t *testing.T, path string) []T {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []T
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var v T
+		if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
+			t.Fatalf("%s: %v: %s", path, err, sc.Text())
+		}
+		out = append(out, v)
+	}
+	return out
 }
