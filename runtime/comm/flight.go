@@ -1,8 +1,6 @@
 package comm
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -84,7 +82,6 @@ func newFlightRecorder(c *Comm) *flightRecorder {
 	if n <= 0 {
 		return nil
 	}
-	sum := sha256.Sum256([]byte(c.key))
 	names := map[string]bool{}
 	for _, l := range c.links {
 		if l != nil {
@@ -100,7 +97,7 @@ func newFlightRecorder(c *Comm) *flightRecorder {
 		h, _ := os.Hostname()
 		file = strings.ReplaceAll(debuglog.ExpandFileName(strings.ReplaceAll(file, "%r", "\x00"), h, os.Getpid()), "\x00", strconv.Itoa(c.rank))
 	}
-	return &flightRecorder{ring: make([]flightEntry, n), comm: hex.EncodeToString(sum[:6]),
+	return &flightRecorder{ring: make([]flightEntry, n), comm: commID(c.key),
 		rank: c.rank, size: c.nranks, transports: strings.Join(ts, "+"), file: file}
 }
 
