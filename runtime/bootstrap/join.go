@@ -52,7 +52,7 @@ func Join(id *ID, me PeerInfo, deadline time.Time) ([]PeerInfo, error) {
 	}
 	var reply rootReply
 	if err := readMsg(c, &reply); err != nil {
-		if errors.Is(err, syscall.ETIMEDOUT) || isTimeout(err) {
+		if errors.Is(err, syscall.ETIMEDOUT) || IsTimeout(err) {
 			return nil, status.Errorf(status.Timeout, "rank %d: rendezvous timed out: it did not complete within the timeout (GOCL_TIMEOUT, or the timeout given at init): not every rank called goclCommInitRank", me.Rank)
 		}
 		return nil, status.Errorf(status.RemoteError, "rank %d: rendezvous with %s failed: %v", me.Rank, root, err)
@@ -73,7 +73,8 @@ func Join(id *ID, me PeerInfo, deadline time.Time) ([]PeerInfo, error) {
 	return reply.Peers, nil
 }
 
-func isTimeout(err error) bool {
+// IsTimeout reports a network wait that passed its deadline.
+func IsTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }

@@ -143,7 +143,7 @@ func acceptPeers(self int, ln net.Listener, secret []byte, conns [][]net.Conn, e
 					}
 				}
 			}
-			if isTimeout(err) {
+			if IsTimeout(err) {
 				return status.Errorf(status.Timeout, "rank %d: ranks %v timed out: did not connect within the timeout (GOCL_TIMEOUT, or the timeout given at init)", self, missing)
 			}
 			return status.Errorf(status.RemoteError, "rank %d: accepting connections from ranks %v failed: %v", self, missing, err)

@@ -203,7 +203,7 @@ func (c *Comm) gather() []CommView {
 			err := bootstrap.Ask(c.peers[p].Addr, c.secret, time.Now().Add(statusAskWait), bootstrap.NewRequest(askStatus, nil), &v)
 			if err != nil || v.ID == "" {
 				why := "no answer within 1 s: its process is stopped, hung or gone"
-				if err != nil && !isTimeout(err) {
+				if err != nil && !bootstrap.IsTimeout(err) {
 					why = fmt.Sprintf("no answer: %v", err)
 				}
 				no := false
@@ -235,9 +235,4 @@ func hostOf(addr string) string {
 		return addr
 	}
 	return h
-}
-
-func isTimeout(err error) bool {
-	ne, ok := err.(net.Error)
-	return ok && ne.Timeout()
 }
