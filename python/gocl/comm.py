@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from . import _core, _lib, _rendezvous
+from ._sizes import elems
 from .errors import GoclError, GoclTimeoutError, InvalidArgumentError, InvalidUsageError, error_for
 
 __all__ = ["Communicator", "Work", "PreMulSum", "premul_sum", "group", "unique_id"]
@@ -587,7 +588,7 @@ class Communicator:
         name = "all_gather"
         send = self._input(name, "x", x)
         shape = (self._size, *send.shape)
-        recv = self._out(name, out, send.size * self._size, send.dtype, shape, "the gathered result")
+        recv = self._out(name, out, elems(name, send.size, self._size)[1], send.dtype, shape, "the gathered result")
         t, k = self._movable(name, "x", send.dtype)
         n, s, r = send.size * k, self._ptr(send), self._ptr(recv)
         return self._launch(name, lambda st: self._c.all_gather(s, r, n, t, st), (send, recv), recv, async_op)
@@ -609,9 +610,10 @@ class Communicator:
             recv = self._writable(name, "out", out)
             if recv.dtype != send.dtype:
                 raise self._err(name, f"out has dtype {recv.dtype} but x has dtype {send.dtype}")
-            if recv.size * self._size != send.size:
+            want = elems(name, recv.size, self._size)[0]
+            if send.size != want:
                 raise self._err(name, f"x has {send.size} elements but must have world_size × out.size = "
-                                      f"{self._size} × {recv.size} = {self._size * recv.size}")
+                                      f"{self._size} × {recv.size} = {want}")
             count = recv.size
         t, opv, scalar = self._reduction(name, send.dtype, op)
         s, r = self._ptr(send), self._ptr(recv)
@@ -626,11 +628,12 @@ class Communicator:
         if send.ndim == 0 or send.shape[0] % self._size:
             raise self._err(name, f"x has shape {send.shape}: its first axis must be a multiple of "
                                   f"world_size={self._size} (one block per rank)")
-        recv = self._out(name, out, send.size, send.dtype, send.shape, "x")
+        count = send.size // self._size
+        recv = self._out(name, out, elems(name, count, self._size)[1], send.dtype, send.shape, "x")
         if out is not None and np.shares_memory(recv, send):
             raise self._err(name, "out overlaps x: all_to_all cannot run in place, pass a separate out")
         t, k = self._movable(name, "x", send.dtype)
-        n, s, r = send.size // self._size * k, self._ptr(send), self._ptr(recv)
+        n, s, r = count * k, self._ptr(send), self._ptr(recv)
         return self._launch(name, lambda st: self._c.all_to_all(s, r, n, t, st), (send, recv), recv, async_op)
 
     def gather(self, x: Any, root: int = 0, out: np.ndarray | None = None, async_op: bool = False) -> Any:
@@ -641,7 +644,7 @@ class Communicator:
         send = self._input(name, "x", x)
         recv = None
         if self._rank == root:
-            recv = self._out(name, out, send.size * self._size, send.dtype, (self._size, *send.shape),
+            recv = self._out(name, out, elems(name, send.size, self._size)[1], send.dtype, (self._size, *send.shape),
                              "the gathered result")
         t, k = self._movable(name, "x", send.dtype)
         n, s, r = send.size * k, self._ptr(send), self._ptr(recv)
@@ -675,9 +678,10 @@ class Communicator:
             if send is not None:
                 if recv.dtype != send.dtype:
                     raise self._err(name, f"out has dtype {recv.dtype} but x has dtype {send.dtype}")
-                if recv.size * self._size != send.size:
+                want = elems(name, recv.size, self._size)[0]
+                if send.size != want:
                     raise self._err(name, f"x has {send.size} elements but must have world_size × out.size = "
-                                          f"{self._size} × {recv.size} = {self._size * recv.size}")
+                                          f"{self._size} × {recv.size} = {want}")
         t, k = self._movable(name, "out", recv.dtype)
         n, s, r = recv.size * k, self._ptr(send), self._ptr(recv)
         return self._launch(name, lambda st: self._c.scatter(s, r, n, t, root, st), (send, recv), recv, async_op)

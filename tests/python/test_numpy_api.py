@@ -379,6 +379,15 @@ def test_argument_errors_name_argument_and_rank(clique):
     bad(r"reduce_scatter on rank 1: x has shape \(3,\) but must have shape \(world_size=2",
         lambda: c.reduce_scatter(np.ones(3)))
     bad(r"all_to_all on rank 1: x has shape \(3,\)", lambda: c.all_to_all(np.ones(3)))
+    # The size rules (gocl._sizes) with out=: block counts name both sizes.
+    bad(r"reduce_scatter on rank 1: x has 5 elements but must have world_size × out.size = 2 × 2 = 4",
+        lambda: c.reduce_scatter(np.ones(5), out=np.empty(2)))
+    bad(r"scatter on rank 1: x has 5 elements but must have world_size × out.size = 2 × 2 = 4",
+        lambda: c.scatter(np.ones(5), root=1, out=np.empty(2)))
+    bad(r"gather on rank 1: out has shape \(5,\) \(5 elements\) but the gathered result has 6 elements",
+        lambda: c.gather(np.ones(3), root=1, out=np.empty(5)))
+    bad(r"all_to_all on rank 1: out has shape \(6,\) \(6 elements\) but x has 4 elements",
+        lambda: c.all_to_all(np.ones(4), out=np.empty(6)))
     bad(r"op 'mean' is not a reduction", lambda: c.all_reduce(np.ones(2), op="mean"))
     bad(r"scatter on rank 1: rank 1 is not the root: pass out=", lambda: c.scatter(None, root=0))
     bad(r"premul_sum scalar", lambda: c.all_reduce(np.ones(2), op=gocl.premul_sum([1, 2])))

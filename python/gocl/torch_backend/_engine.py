@@ -44,6 +44,7 @@ from torch._C._distributed_c10d import (
 )
 
 from .. import _core, _lib, _rendezvous
+from .._sizes import elems
 from . import _monitored_barrier, _staging, _types
 from ._staging import Host, as_bytes, copy_out, direct, overlaps
 from ._work import Executor, GoclWork, Task, completed_work
@@ -606,7 +607,7 @@ class Engine:
         return self._submit(self._combined("allgather_coalesced", steps, output_lists, every), opts)
 
     def _allgather_base_steps(self, out, inp):
-        if out.dtype != inp.dtype or out.numel() != self.size * inp.numel():
+        if out.dtype != inp.dtype or out.numel() != elems("all_gather", inp.numel(), self.size)[1]:
             raise self._err(f"all_gather_into_tensor: output has {out.numel()} {out.dtype} elements, "
                             f"expected {self.size} x {inp.numel()} {inp.dtype}")
         st = {}
@@ -677,7 +678,7 @@ class Engine:
         return issue, finish
 
     def _reduce_scatter_base_steps(self, out, inp, op):
-        if out.dtype != inp.dtype or inp.numel() != self.size * out.numel():
+        if out.dtype != inp.dtype or inp.numel() != elems("reduce_scatter", out.numel(), self.size)[0]:
             raise self._err(f"reduce_scatter_tensor: input has {inp.numel()} {inp.dtype} elements, "
                             f"expected {self.size} x {out.numel()} {out.dtype}")
         red = self._reduction(inp.dtype, op)
@@ -755,7 +756,7 @@ class Engine:
         out_splits, in_splits = list(output_split_sizes or []), list(input_split_sizes or [])
         st = {}
         if not out_splits and not in_splits:
-            if inp.numel() % self.size or out.numel() != inp.numel():
+            if inp.numel() % self.size or elems("all_to_all", inp.numel() // self.size, self.size)[1] != out.numel():
                 raise self._err(f"all_to_all_single: {inp.numel()} input and {out.numel()} output elements "
                                 f"do not split evenly over {self.size} ranks")
 

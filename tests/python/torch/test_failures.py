@@ -130,3 +130,23 @@ def test_shutdown_finishes_queued_work_of_a_late_peer():
     dist.all_reduce(t, async_op=True)
     dist.destroy_process_group()
     assert torch.equal(t, torch.full((1 << 16,), 3.0)), t[:4]
+
+
+@pytest.mark.ranks(2)
+def test_size_errors_name_both_sizes_and_leave_the_group_healthy():
+    """The size rules (gocl._sizes, the same table as Go's comm.Elems) are
+    checked before any communication: the call raises with both sizes and
+    the group still works."""
+    dist.init_process_group("gocl")
+    with pytest.raises(Exception, match=r"all_gather_into_tensor: output has 5 torch.float32 elements, "
+                                        r"expected 2 x 3 torch.float32"):
+        dist.all_gather_into_tensor(torch.empty(5), torch.ones(3))
+    with pytest.raises(Exception, match=r"reduce_scatter_tensor: input has 5 torch.float32 elements, "
+                                        r"expected 2 x 2 torch.float32"):
+        dist.reduce_scatter_tensor(torch.empty(2), torch.ones(5))
+    with pytest.raises(Exception, match=r"all_to_all_single: 5 input and 5 output elements do not split evenly"):
+        dist.all_to_all_single(torch.empty(5), torch.ones(5))
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    assert t.tolist() == [2.0, 2.0, 2.0]
+    dist.destroy_process_group()
