@@ -45,9 +45,9 @@ func allReduceRing(c *Ctx, send, recv []byte, count int) error {
 				dst, local := piece(recv, i, j), piece(send, i, j)
 				var err error
 				if s < n-2 {
-					err = p.recvReduceSend(c.Red, c.prev(), c.next(), step+s, local, dst)
+					err = p.recvReduceSend(c.Red, c.prev(), c.next(), step+s, step+s+1, local, dst)
 				} else {
-					err = p.recvReduceCopySend(c.prev(), c.next(), step+s, dst, local)
+					err = p.recvReduceCopySend(c.prev(), c.next(), step+s, step+s+1, dst, local)
 				}
 				if err != nil {
 					return err
@@ -59,7 +59,7 @@ func allReduceRing(c *Ctx, send, recv []byte, count int) error {
 				s := step + n - 1 + t
 				var err error
 				if t < n-2 {
-					err = p.recvCopySend(c.prev(), c.next(), s, dst)
+					err = p.recvCopySend(c.prev(), c.next(), s, s+1, dst)
 				} else if j+1 < nsub {
 					// Chunk j+1's first frame goes out before chunk j's last
 					// one comes in: the peer can start on chunk j+1 while this

@@ -20,7 +20,7 @@ func BroadcastRing(c *Ctx, send, recv []byte, count, root int) error {
 			case pos == 0:
 				err = p.sendCopy(c.next(), j, c.piece(send, 0, count, nsub, j), buf)
 			case pos < c.N-1:
-				err = p.recvCopySend(c.prev(), c.next(), j, buf)
+				err = p.recvCopySend(c.prev(), c.next(), j, j, buf)
 			default:
 				err = p.recv(c.prev(), j, buf)
 			}

@@ -104,7 +104,7 @@ func (h *hier) reduceScatter(j int) error {
 		i := (r - s - 1 + 2*n) % n
 		var err error
 		if s < n-2 {
-			err = p.recvReduceSend(c.Red, c.prev(), c.next(), step+s, h.piece(h.send, i, j), h.piece(h.recv, i, j))
+			err = p.recvReduceSend(c.Red, c.prev(), c.next(), step+s, step+s+1, h.piece(h.send, i, j), h.piece(h.recv, i, j))
 		} else { // segment r+1: the host's partial stays here
 			err = p.recvReduceCopy(c.Red, c.prev(), step+s, h.piece(h.recv, i, j), h.piece(h.send, i, j))
 		}
@@ -148,9 +148,9 @@ func (h *hier) crossRest(j int) error {
 		i := (r - s - 1 + 2*n) % n
 		var err error
 		if s < n-2 {
-			err = p.recvReduceSend(c.Red, c.prev(), c.next(), step+s, h.share(j, i), h.share(j, i))
+			err = p.recvReduceSend(c.Red, c.prev(), c.next(), step+s, step+s+1, h.share(j, i), h.share(j, i))
 		} else {
-			err = p.recvReduceCopySend(c.prev(), c.next(), step+s, h.share(j, i), h.share(j, i))
+			err = p.recvReduceCopySend(c.prev(), c.next(), step+s, step+s+1, h.share(j, i), h.share(j, i))
 		}
 		if err != nil {
 			return err

@@ -240,18 +240,19 @@ func (p *prims) recvReduceCopy(red *kernels.Reducer, peer, step int, dst, local 
 	return p.c.Links[peer].RecvWith(h, func(pl []byte) { red.Accumulate(dst, pl, local) })
 }
 
-// recvReduceSend: to gets payload ⊕ local; tmp holds it when to cannot lend.
-func (p *prims) recvReduceSend(red *kernels.Reducer, from, to, step int, local, tmp []byte) error {
-	return p.produce(to, step+1, len(local), func(out []byte) error {
+// recvReduceSend: to gets payload ⊕ local as its frame of step next; tmp
+// holds it when to cannot lend.
+func (p *prims) recvReduceSend(red *kernels.Reducer, from, to, step, next int, local, tmp []byte) error {
+	return p.produce(to, next, len(local), func(out []byte) error {
 		return p.recvReduceCopy(red, from, step, out, local)
 	}, tmp)
 }
 
 // recvReduceCopySend: dst = payload ⊕ local, finished (Avg divides), and to
-// gets it: one pass (kernels.AccumulateCopy), the payload and local read
+// gets it as its frame of step next: one pass (kernels.AccumulateCopy), the payload and local read
 // once, the result written to the peer's slot and to dst together.
-func (p *prims) recvReduceCopySend(from, to, step int, dst, local []byte) error {
-	return p.produce(to, step+1, len(dst), func(out []byte) error {
+func (p *prims) recvReduceCopySend(from, to, step, next int, dst, local []byte) error {
+	return p.produce(to, next, len(dst), func(out []byte) error {
 		h := p.c.hdr(step)
 		h.Len = uint64(len(dst))
 		if s, ok := p.c.Links[from].(transport.PieceReceiver); ok {
@@ -288,7 +289,7 @@ func (p *prims) forward(prev, next, n, step int, dst func(t int) []byte) error {
 	for t := 0; t < n-1; t++ {
 		var err error
 		if t < n-2 {
-			err = p.recvCopySend(prev, next, step+t, dst(t))
+			err = p.recvCopySend(prev, next, step+t, step+t+1, dst(t))
 		} else {
 			err = p.recv(prev, step+t, dst(t))
 		}
@@ -299,10 +300,10 @@ func (p *prims) forward(prev, next, n, step int, dst func(t int) []byte) error {
 	return nil
 }
 
-// recvCopySend: dst = payload, and to gets it, block by block so that the
-// payload is read from memory once.
-func (p *prims) recvCopySend(from, to, step int, dst []byte) error {
-	return p.produce(to, step+1, len(dst), func(out []byte) error {
+// recvCopySend: dst = payload, and to gets it as its frame of step next,
+// block by block so that the payload is read from memory once.
+func (p *prims) recvCopySend(from, to, step, next int, dst []byte) error {
+	return p.produce(to, next, len(dst), func(out []byte) error {
 		if same(out, dst) {
 			return p.recv(from, step, dst)
 		}

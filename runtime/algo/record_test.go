@@ -78,7 +78,6 @@ type event struct {
 	peer  int
 	step  int // -1 for a claim (the step is known at commit)
 	bytes int
-	note  string
 }
 
 func newWorld(n int, lending bool) *world {
@@ -263,11 +262,12 @@ func (l *recLink) RecvWith(want *wire.Header, use func(payload []byte)) error {
 		w.failLocked(err)
 		return err
 	}
-	e := event{kind: "recv", peer: l.peer, step: int(want.Step), bytes: len(f.data)}
-	if f.h.Step != want.Step {
-		e.note = fmt.Sprintf("sent as step %d", f.h.Step)
+	if f.h.Step != want.Step { // a frame's step is the one its receiver takes it at
+		err := fmt.Errorf("rank %d took step %d from rank %d, which sent it as step %d", l.self, want.Step, l.peer, f.h.Step)
+		w.failLocked(err)
+		return err
 	}
-	l.record(e)
+	l.record(event{kind: "recv", peer: l.peer, step: int(want.Step), bytes: len(f.data)})
 	use(f.data)
 	return nil
 }

@@ -30,7 +30,7 @@ func ReduceRing(c *Ctx, send, recv []byte, count, root int) error {
 					c.Red.Finalize(dst)
 				}
 			default:
-				err = p.recvReduceSend(c.Red, c.prev(), c.next(), j, local, c.piece(acc, 0, count, nsub, j))
+				err = p.recvReduceSend(c.Red, c.prev(), c.next(), j, j, local, c.piece(acc, 0, count, nsub, j))
 			}
 			if err != nil {
 				return err

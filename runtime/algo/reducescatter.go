@@ -32,7 +32,7 @@ func ReduceScatterRing(c *Ctx, send, recv []byte, count int) error {
 					c.Red.Finalize(dst)
 					continue
 				}
-				if err := p.recvReduceSend(c.Red, c.prev(), c.next(), step+s, pc(send, b), pc(part, b)); err != nil {
+				if err := p.recvReduceSend(c.Red, c.prev(), c.next(), step+s, step+s+1, pc(send, b), pc(part, b)); err != nil {
 					return err
 				}
 			}

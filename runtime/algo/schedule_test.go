@@ -54,8 +54,9 @@ func TestSchedules(t *testing.T) {
 //	recv from P, step S, B bytes the frame from P is taken
 //
 // A send that follows its claim at once is written as the send alone. A
-// receive whose frame carries another step than the receiver expects
-// (steps are for diagnostics; a relay sends step+1) adds "(sent as step T)".
+// frame carries the step its receiver takes it at (a ring's hop, a chain's
+// or a tree's chunk); the recording link fails a schedule that numbers one
+// otherwise.
 type scheduleCase struct {
 	line int    // of the command, 1-based
 	cmd  string // the command line
@@ -379,9 +380,6 @@ func (w *world) schedule() string {
 				fmt.Fprintf(&b, "send to %d, step %d, %d bytes", e.peer, e.step, e.bytes)
 			case "recv":
 				fmt.Fprintf(&b, "recv from %d, step %d, %d bytes", e.peer, e.step, e.bytes)
-			}
-			if e.note != "" {
-				b.WriteString(" (" + e.note + ")")
 			}
 		}
 	}

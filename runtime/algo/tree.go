@@ -139,14 +139,14 @@ func treeUp(c *Ctx, p *prims, comb *kernels.Reducer, tr Tree, step int, local, a
 		return p.copySend(tr.Parent, step, local, acc)
 	}
 	if len(kids) == 1 && tr.Parent >= 0 {
-		return p.recvReduceSend(c.Red, kids[0], tr.Parent, step, local, acc)
+		return p.recvReduceSend(c.Red, kids[0], tr.Parent, step, step, local, acc)
 	}
 	if err := p.recvReduceCopy(c.Red, kids[0], step, acc, local); err != nil {
 		return err
 	}
 	if len(kids) == 2 {
 		if tr.Parent >= 0 {
-			return p.recvReduceSend(comb, kids[1], tr.Parent, step, acc, acc)
+			return p.recvReduceSend(comb, kids[1], tr.Parent, step, step, acc, acc)
 		}
 		if err := p.recvReduceCopy(comb, kids[1], step, acc, acc); err != nil {
 			return err
@@ -164,7 +164,7 @@ func treeDown(p *prims, tr Tree, step int, buf []byte) error {
 		}
 	}
 	for _, k := range tr.Kids {
-		if err := p.send(k, step+1, buf); err != nil {
+		if err := p.send(k, step, buf); err != nil {
 			return err
 		}
 	}

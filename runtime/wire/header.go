@@ -67,7 +67,7 @@ type Header struct {
 	Root  int32
 	Seq   uint64 // per-communicator sequence number of the call
 	Count uint64 // the call's element count
-	Step  uint32 // algorithm step / chunk index, for diagnostics
+	Step  uint32 // the step its receiver takes it at (a ring's hop, a chain's or a tree's chunk), for diagnostics
 	Len   uint64 // payload bytes that follow the header
 }
 
