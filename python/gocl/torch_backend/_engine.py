@@ -46,6 +46,7 @@ from torch._C._distributed_c10d import (
 from .. import _core, _lib, _rendezvous
 from .._sizes import elems
 from . import _monitored_barrier, _staging, _types
+from ._internals import HAS_ASYNC_OP, caller_async
 from ._staging import Host, as_bytes, copy_out, direct, overlaps
 from ._work import Executor, GoclWork, Task, completed_work
 
@@ -58,8 +59,6 @@ def _host(t: torch.Tensor) -> bool:
     CPU tensor gocl can use as it is."""
     return (t.layout is _STRIDED and t.is_cpu and t.is_contiguous()
             and not (t.is_neg() or t.is_conj() or _staging._FORCE))
-
-_HAS_ASYNC_OP = hasattr(AllreduceOptions(), "asyncOp")  # torch >= 2.8 tells the backend
 
 
 def _op_type_key(op) -> int:
@@ -129,32 +128,6 @@ def _short(ranks: list[int]) -> str:
     return str(ranks)
 
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_C10D_PY = os.path.join("torch", "distributed", "distributed_c10d.py")
-
-
-def _async(opts) -> bool:
-    """Whether the caller asked for an asynchronous call.
-
-    torch >= 2.8 says so in ``opts.asyncOp``. Older torch does not tell the
-    backend, so read the ``async_op`` argument of the torch.distributed
-    function that called us (e.g. ``all_reduce``); calls from anywhere else
-    (C++: DDP's reducer, functional collectives) are asynchronous, as C++
-    option defaults say.
-    """
-    flag = getattr(opts, "asyncOp", None)
-    if flag is not None:
-        return bool(flag)
-    f = sys._getframe(1)
-    while f is not None and f.f_code.co_filename.startswith(_HERE):
-        f = f.f_back
-    if f is not None and f.f_code.co_filename.endswith(_C10D_PY):
-        v = f.f_locals.get("async_op")
-        if isinstance(v, bool):
-            return v
-    return True
-
-
 class Engine:
     """A group's communicator, its executor, and the c10d operations."""
 
@@ -204,7 +177,7 @@ class Engine:
 
     def _submit(self, task: Task, opts, async_op: bool | None = None) -> GoclWork:
         self.seq += 1
-        return self.executor.submit(task, _async(opts) if async_op is None else async_op)
+        return self.executor.submit(task, caller_async(opts) if async_op is None else async_op)
 
     def _reduction(self, dtype, op):
         return _types.reduction(dtype, op, self.rank)
@@ -290,7 +263,7 @@ class Engine:
         must hold until the call is done (its input)."""
         self.seq += 1
         h = self.comm.handle
-        if not (opts.asyncOp if _HAS_ASYNC_OP else _async(opts)):
+        if not (opts.asyncOp if HAS_ASYNC_OP else caller_async(opts)):
             rc = fn(*args, h, None)
             if rc:
                 _core.check(rc, h)
@@ -353,7 +326,7 @@ class Engine:
                     self.seq += 1
                     p = t.data_ptr()
                     h = self.comm.handle
-                    if not (opts.asyncOp if _HAS_ASYNC_OP else _async(opts)):
+                    if not (opts.asyncOp if HAS_ASYNC_OP else caller_async(opts)):
                         rc = self._c_all_reduce(p, p, t.numel(), fast[0], fast[1], h, None)
                         if rc:
                             _core.check(rc, h)
@@ -370,7 +343,7 @@ class Engine:
         if t.layout == torch.sparse_coo:
             return self.allreduce_sparse(tensors, opts)
         red = self._reduction(t.dtype, opts.reduceOp)
-        is_async = _async(opts)
+        is_async = caller_async(opts)
         self._native(t.dtype, opts.reduceOp)  # the next call with these takes the latency path
         # a synchronous call on a host tensor (gocl's NULL stream orders it
         # after the group's queued work)

@@ -23,16 +23,14 @@ Both forward every operation to the group's ``Engine``.
 from __future__ import annotations
 
 import functools
-import inspect
 import os
-import re
 import sys
 
 import torch
 import torch.distributed as dist
 from torch._C import _distributed_c10d as c10d
 
-from . import BACKEND_NAME, DEVICES
+from . import BACKEND_NAME, DEVICES, _internals
 from ._engine import Engine
 
 
@@ -81,7 +79,7 @@ def create(opts, backend_options=None):
     if implementation() == "processgroup":
         return ProcessGroupGocl(engine, store)
     backend = GoclBackend(engine)
-    devices = _gocl_devices() if getattr(opts, "process_group", None) is not None else None
+    devices = _internals.group_devices(_getframe(1)) if getattr(opts, "process_group", None) is not None else None
     if devices:
         return _whole_group(opts, backend, devices)
     return backend
@@ -262,29 +260,8 @@ class GoclBackend(_Ops, _BackendBase):
 _OPTIONS = tuple(getattr(c10d, n) for n in (
     "AllreduceOptions", "AllreduceCoalescedOptions", "BroadcastOptions", "ReduceOptions", "AllgatherOptions",
     "ReduceScatterOptions", "AllToAllOptions") if hasattr(c10d, n))
-_HAS_ASYNC_OP = hasattr(c10d.AllreduceOptions(), "asyncOp")  # torch >= 2.8 tells the backend
 _getframe = sys._getframe
-
-# torch versions whose dist.all_reduce waits only on a Work it gets (``elif
-# work is not None: work.wait()``, which came with asyncOp) and has no other
-# wait: there a synchronous pg.allreduce that is done may return None, which
-# saves building a completed Work (~1.6 us). The upper bound is the newest
-# torch read; test_none_ok_callers_match_torch fails when torch outgrows it.
-_NONE_OK_TORCH = ((2, 8), (2, 15))
-
-
-def _none_ok_callers() -> frozenset:
-    """The code objects of callers of pg.allreduce that take None (torch's
-    all_reduce on the torch versions above; none elsewhere)."""
-    m = re.match(r"(\d+)\.(\d+)", torch.__version__)
-    version = (int(m.group(1)), int(m.group(2))) if m else (0, 0)
-    lo, hi = _NONE_OK_TORCH
-    if not (_HAS_ASYNC_OP and lo <= version <= hi):
-        return frozenset()
-    return frozenset({inspect.unwrap(dist.distributed_c10d.all_reduce).__code__})
-
-
-_NONE_OK_CALLERS = _none_ok_callers()
+_NONE_OK_CALLERS = _internals.none_ok_callers()
 
 
 def _first_tensor(x):
@@ -293,26 +270,6 @@ def _first_tensor(x):
             return None
         x = x[0]
     return x if isinstance(x, torch.Tensor) else None
-
-
-def _gocl_devices() -> list[str] | None:
-    """The devices of the group being built when every one of them is
-    gocl's (plain "gocl", or "cpu:gocl,cuda:gocl"), else None: only then
-    may the creator hand torch the whole ProcessGroup. torch passes the
-    creator no backend string, so it is read from the frame of torch's own
-    _new_process_group_helper (found by identity); anything unexpected
-    answers None, and torch builds the group itself as before."""
-    helper = getattr(dist.distributed_c10d, "_new_process_group_helper", None)
-    code = getattr(helper, "__code__", None)
-    f = _getframe(1)
-    while f is not None and f.f_code is not code:
-        f = f.f_back
-    config = f.f_locals.get("backend_config") if f is not None else None
-    get_map = getattr(config, "get_device_backend_map", None)
-    devices = get_map() if get_map is not None else {}
-    if not devices or set(map(str, devices.values())) != {BACKEND_NAME}:
-        return None
-    return list(devices)
 
 
 def _whole_group(opts, backend: GoclBackend, devices: list[str]):
@@ -376,7 +333,7 @@ class GoclGroup(dist.ProcessGroup):
         engine = self._engine
         if engine is not None and len(args) == 2 and not kwargs and type(args[1]) is c10d.AllreduceOptions:
             tensors, opts = args
-            if len(tensors) == 1 and tensors[0].is_cpu and _HAS_ASYNC_OP and not opts.asyncOp:
+            if len(tensors) == 1 and tensors[0].is_cpu and _internals.HAS_ASYNC_OP and not opts.asyncOp:
                 try:
                     caller = _getframe(1).f_code
                 except ValueError:  # called from C++ on a thread without Python frames (DDP's backward)

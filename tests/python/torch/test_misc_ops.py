@@ -263,7 +263,8 @@ def test_none_ok_callers_match_torch():
     callers _frontends names for this torch. Each must wait only on a Work
     it gets (read here from torch's source), and torch's all_reduce must be
     named wherever it does, so a newer torch neither crashes on None nor
-    loses the saving silently (then re-read it and raise _NONE_OK_TORCH)."""
+    loses the saving silently (then re-read it and raise its gate in
+    _internals.GATES)."""
     import inspect
     import re
 
@@ -277,6 +278,58 @@ def test_none_ok_callers_match_torch():
     assert named == takes_none, (f"torch {torch.__version__}: all_reduce {'takes' if takes_none else 'does not take'} "
                                  f"None from pg.allreduce, but _frontends {'names' if named else 'does not name'} it")
     assert _frontends._NONE_OK_CALLERS <= {code}
+
+
+def test_group_devices_hook_matches_torch():
+    """_internals.group_devices reads backend_config from the frame of
+    torch's _new_process_group_helper, which (read here from its source)
+    must build it, hand the creator the group it builds, and call the
+    creator once when every device has the same backend. A torch newer
+    than the gate fails here: read the helper again and raise the gate."""
+    import inspect
+    import re
+
+    from gocl.torch_backend import _internals
+
+    lo, hi = _internals.GATES["group_devices"]
+    assert _internals.TORCH <= hi, (f"torch {torch.__version__} is newer than group_devices' gate {lo}..{hi}: "
+                                    "read _new_process_group_helper and raise the gate in _internals.GATES")
+    src = inspect.getsource(dist.distributed_c10d._new_process_group_helper)
+    shape = {
+        "builds backend_config": "backend_config = BackendConfig(" in src,
+        "hands the creator the group": "dist_backend_opts.process_group = pg" in src,
+        "one creator call for one backend":
+            re.search(r"if len\(set\(backend_config\.get_device_backend_map\(\)\.values\(\)\)\) == 1:", src)
+            is not None,
+    }
+    if _internals.within("group_devices"):
+        assert all(shape.values()), f"torch {torch.__version__}: _new_process_group_helper changed: {shape}"
+
+
+def test_caller_async_hook_matches_torch():
+    """Where torch does not tell the backend whether a call is asynchronous
+    (no opts.asyncOp), _internals.caller_async reads the async_op argument
+    of the torch.distributed function that calls the group: each must take
+    one. Outside the gate every such call counts as asynchronous."""
+    import inspect
+
+    from gocl.torch_backend import _internals
+
+    lo, hi = _internals.GATES["caller_async"]
+    if _internals.HAS_ASYNC_OP:
+        opts = dist.AllreduceOptions()
+        for flag in (False, True):  # the flag decides, wherever the call came from
+            opts.asyncOp = flag
+            assert _internals.caller_async(opts) is flag
+        return
+    assert _internals.within("caller_async"), (f"torch {torch.__version__} has no asyncOp and is outside "
+                                               f"caller_async's gate {lo}..{hi}: read torch.distributed and move it")
+    c10d_py = dist.distributed_c10d
+    for name in ("all_reduce", "broadcast", "reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+                 "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "gather", "scatter", "barrier"):
+        params = inspect.signature(inspect.unwrap(getattr(c10d_py, name))).parameters
+        assert "async_op" in params, f"torch {torch.__version__}: dist.{name} takes no async_op"
+    assert _internals.caller_async(dist.AllreduceOptions()) is True  # called from a test, not from torch
 
 
 def test_executor_releases_p2p_by_program_order_not_by_time(monkeypatch):
