@@ -117,8 +117,9 @@ class Job:
 
 
 def collect(directory: Path | None = None, connect: tuple[str, int] | None = None,
-            token: str | None = None) -> tuple[list[dict], list[str]]:
-    """Every reachable process's reply, and the problems met on the way."""
+            token: str | None = None, eps: list[Endpoint] | None = None) -> tuple[list[dict], list[str]]:
+    """Every reachable process's reply, and the problems met on the way;
+    eps: the endpoints to ask, when the caller listed them already."""
     replies, problems = [], []
     if connect is not None:
         tok = token if token is not None else os.environ.get("GOCL_STATUS_TOKEN", "")
@@ -141,7 +142,8 @@ def collect(directory: Path | None = None, connect: tuple[str, int] | None = Non
         except (OSError, RuntimeError, PermissionError, ValueError) as e:
             return None, f"pid {ep.pid}: {e}"
 
-    eps = endpoints(directory)
+    if eps is None:
+        eps = endpoints(directory)
     if eps:  # all at once: a stopped process costs ASK_WAIT once, not per process
         with ThreadPoolExecutor(max_workers=min(32, len(eps))) as pool:
             for rep, problem in pool.map(one, eps):

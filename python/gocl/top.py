@@ -121,9 +121,10 @@ class Snapshot:
 def take(directory: Path | None, connect: tuple[str, int] | None, nvml: Nvml | None) -> Snapshot:
     """Ask the processes (and NVML); any failure becomes a problem line."""
     try:
-        replies, problems = status.collect(directory, connect)
+        eps = None if connect else status.endpoints(directory)
+        replies, problems = status.collect(directory, connect, eps=eps)
         js = status.jobs(replies)
-        found = 1 if connect else len(status.endpoints(directory))
+        found = 1 if connect else len(eps)
     except Exception as e:  # noqa: BLE001 - shown at the bottom of the screen, never a traceback
         replies, problems, js, found = [], [f"asking the processes failed: {type(e).__name__}: {e}"], [], 0
     try:
