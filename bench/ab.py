@@ -114,7 +114,7 @@ def main() -> int:
         if a.note:
             head += [a.note, ""]
         with open(a.markdown, "w") as f:
-            f.write("\n".join(head) + text + "\n")
+            f.write("\n".join(head) + "\n" + text + "\n")
     return 0
 
 
