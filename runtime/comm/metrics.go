@@ -345,17 +345,18 @@ func (m *metricsRecorder) format(b []byte, r *metricRec, now int64) []byte {
 		algbw = float64(r.bytes) / float64(r.took) // B/ns = GB/s
 	}
 	busbw := algbw
-	p := "coll_"
+	p := "coll_" // every key after the first is p + its name
 	if r.p2p {
 		p = "p2p_"
-		b = append(b, `"p2p_perf":{"p2p":"Recv`...)
+		dir := "Recv"
 		if r.send {
-			b = b[:len(b)-4]
-			b = append(b, "Send"...)
+			dir = "Send"
 		}
-		b = append(b, `","p2p_sn":`...)
+		b = append(b, `"p2p_perf":{"p2p":`...)
+		b = jsonQuoted(b, dir)
+		b = jsonKey(b, p, "sn")
 		b = strconv.AppendUint(b, r.seq, 10)
-		b = append(b, `,"p2p_peer":`...)
+		b = jsonKey(b, p, "peer")
 		b = strconv.AppendInt(b, int64(r.peer), 10)
 	} else {
 		name := "?"
@@ -363,63 +364,61 @@ func (m *metricsRecorder) format(b []byte, r *metricRec, now int64) []byte {
 			name = inspectorColl[r.coll]
 			busbw *= m.busFactorColl[r.coll]
 		}
-		b = append(b, `"coll_perf":{"coll":"`...)
-		b = append(b, name...)
-		b = append(b, `","coll_sn":`...)
+		b = append(b, `"coll_perf":{"coll":`...)
+		b = jsonQuoted(b, name)
+		b = jsonKey(b, p, "sn")
 		b = strconv.AppendUint(b, r.seq, 10)
 	}
-	b = append(b, `,"`...)
-	b = append(b, p...)
-	b = append(b, `msg_size_bytes":`...)
+	b = jsonKey(b, p, "msg_size_bytes")
 	b = strconv.AppendInt(b, r.bytes, 10)
-	b = append(b, `,"`...)
-	b = append(b, p...)
-	b = append(b, `exec_time_us":`...)
+	b = jsonKey(b, p, "exec_time_us")
 	b = strconv.AppendFloat(b, us, 'f', 3, 64)
-	b = append(b, `,"`...)
-	b = append(b, p...)
-	b = append(b, `timing_source":"collective_cpu","`...)
-	b = append(b, p...)
-	b = append(b, `algobw_gbs":`...)
+	b = jsonKey(b, p, "timing_source")
+	b = jsonQuoted(b, "collective_cpu")
+	b = jsonKey(b, p, "algobw_gbs")
 	b = strconv.AppendFloat(b, algbw, 'f', 6, 64)
-	b = append(b, `,"`...)
-	b = append(b, p...)
-	b = append(b, `busbw_gbs":`...)
+	b = jsonKey(b, p, "busbw_gbs")
 	b = strconv.AppendFloat(b, busbw, 'f', 6, 64)
 	if r.p2p {
-		b = append(b, `,"p2p_transport":`...)
+		b = jsonKey(b, p, "transport")
 		if int(r.peer) < len(m.transports) && r.peer >= 0 && m.transports[r.peer] != "" {
 			b = append(b, m.transports[r.peer]...) // JSON-quoted already
 		} else {
-			b = append(b, `"self"`...)
+			b = jsonQuoted(b, "self")
 		}
 	} else {
-		b = append(b, `,"coll_algo":"`...)
-		b = append(b, r.ch.Algo.String()...)
-		b = append(b, `","coll_proto":"`...)
-		b = append(b, r.ch.Proto.String()...)
-		b = append(b, '"')
+		b = jsonKey(b, p, "algo")
+		b = jsonQuoted(b, r.ch.Algo.String())
+		b = jsonKey(b, p, "proto")
+		b = jsonQuoted(b, r.ch.Proto.String())
 	}
-	b = append(b, `,"`...)
-	b = append(b, p...)
-	b = append(b, `dtype":"`...)
-	b = append(b, wire.DtypeName(r.dtype)...)
-	b = append(b, `","`...)
-	b = append(b, p...)
-	b = append(b, `count":`...)
+	b = jsonKey(b, p, "dtype")
+	b = jsonQuoted(b, wire.DtypeName(r.dtype))
+	b = jsonKey(b, p, "count")
 	b = strconv.AppendUint(b, r.count, 10)
-	b = append(b, `,"`...)
-	b = append(b, p...)
-	b = append(b, `start_us":`...)
+	b = jsonKey(b, p, "start_us")
 	b = strconv.AppendInt(b, r.start/1e3, 10)
 	if r.err != nil {
 		msg, _ := json.Marshal(r.err.Error())
-		b = append(b, `,"`...)
-		b = append(b, p...)
-		b = append(b, `error":`...)
+		b = jsonKey(b, p, "error")
 		b = append(b, msg...)
 	}
 	return append(b, "}}\n"...)
+}
+
+// jsonKey appends `,"<prefix><name>":`.
+func jsonKey(b []byte, prefix, name string) []byte {
+	b = append(b, `,"`...)
+	b = append(b, prefix...)
+	b = append(b, name...)
+	return append(b, `":`...)
+}
+
+// jsonQuoted appends s in quotes: names that need no JSON escaping.
+func jsonQuoted(b []byte, s string) []byte {
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // The Prometheus endpoint (GOCL_METRICS_PORT): the process's counters per
