@@ -27,14 +27,9 @@ import sys
 import tempfile
 import time
 
+from _units import human  # bench/ is on sys.path: this runs as a script
+
 COLLS = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "alltoall")
-
-
-def human(n: int) -> str:
-    for unit, k in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= k:
-            return f"{n // k} {unit}"
-    return f"{n} B"
 
 
 def run(build: str, coll: str, ranks: int, a: argparse.Namespace, tmp: str) -> dict[int, float]:

@@ -47,6 +47,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _units import human  # bench/ is on sys.path: this runs as a script
+
 REPO = Path(__file__).resolve().parent.parent
 GOCL = REPO / "build" / "gocl-perf"
 MPI = REPO / "build" / "mpi-perf"
@@ -61,13 +63,6 @@ def size_arg(s: str) -> int:
         return int(s[:-1] if mult > 1 else s) * mult
     except ValueError:
         raise argparse.ArgumentTypeError(f"{s!r} is not a size such as 8, 64K or 64M") from None
-
-
-def human(n: int) -> str:
-    for unit, scale in (("MiB", MIB), ("KiB", KIB)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale} {unit}"
-    return f"{n} B"
 
 
 def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:

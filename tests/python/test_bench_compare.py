@@ -3,11 +3,13 @@
 before a segment end, and merged segments give back one sweep."""
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))  # as when compare.py runs as a script (it imports _units)
 spec = importlib.util.spec_from_file_location("compare", REPO / "bench" / "compare.py")
 compare = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(compare)
