@@ -5,8 +5,8 @@ and grow back with fresh processes, round after round (recovery_rank.py).
 Every round checks: every member of the shrunk and of the grown
 communicator sees the same members in the same order, collectives match
 numpy, and a process that lives through every round holds no more fds,
-sockets, memfd segments or threads than in its first rounds (nor does
-/dev/shm grow). About 3 minutes on 2 cores.
+sockets or memfd segments than in its first rounds, nor do its threads
+grow with the rounds (nor does /dev/shm). About 3 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import pytest
 import gocl
 
 HERE = Path(__file__).resolve().parent
-THREAD_SLACK = 2
 
 
 def _wait(paths, seconds, procs):
@@ -105,4 +104,13 @@ def test_killed_ranks_are_shrunk_away_and_replaced(tmp_path, world, kill, rounds
         base = first.setdefault(rank, c)
         for what in ("fds", "sockets", "memfd fds", "memfd KiB mapped"):
             assert c[what] <= base[what], f"round {k}, rank {rank}: {what} {c[what]} > {base[what]}: {history[observer.pid]}"
-        assert c["threads"] <= base["threads"] + THREAD_SLACK, f"round {k}: threads: {history[observer.pid]}"
+    # threads: the Go runtime keeps every OS thread it starts, and starts one
+    # when a goroutine blocks in a syscall (a futex wait on shm) while others
+    # need to run, so the count is a high-water mark of waits that happened to
+    # coincide: it steps up a few times in a run (7 to 10 on 8 ranks) and
+    # stays. A leak grows with the rounds instead; allowing a rise of world
+    # over the run still catches one thread leaked every rounds/world rounds.
+    # The goroutines such a thread would wait on are counted exactly through
+    # kill, shrink and grow by runtime/comm's TestShrinkResourcesReturn.
+    threads = [c["threads"] for _, c in history[observer.pid]]
+    assert threads[-1] - threads[0] <= world, f"threads rose by more than {world} over {rounds} rounds: {threads}"
