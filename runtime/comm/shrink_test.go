@@ -235,6 +235,34 @@ func TestRevokeThenShrink(t *testing.T) {
 	})
 }
 
+// growAll has every rank of comms (in rank order) grow to one more rank,
+// joined by a new last rank through the id comms[0] hands out, and returns
+// the grown communicators and their errors, indexed by new rank.
+func growAll(t *testing.T, comms []*Comm) ([]*Comm, []error) {
+	t.Helper()
+	id, err := comms[0].GetUniqueID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(comms) + 1
+	grown := make([]*Comm, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if r == n-1 {
+				grown[r], errs[r] = GrowJoin(id, n, r, Options{})
+				return
+			}
+			grown[r], errs[r] = comms[r].Grow(n, nil, Options{})
+		}()
+	}
+	wg.Wait()
+	return grown, errs
+}
+
 // A new rank joins a shrunk communicator.
 func TestGrow(t *testing.T) {
 	setEnv(t, "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "5")
@@ -242,25 +270,7 @@ func TestGrow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := comms[0].GetUniqueID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	grown := make([]*Comm, 4)
-	errs := make([]error, 4)
-	var wg sync.WaitGroup
-	for r := 0; r < 4; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if r == 3 {
-				grown[r], errs[r] = GrowJoin(id, 4, 3, Options{})
-				return
-			}
-			grown[r], errs[r] = comms[r].Grow(4, nil, Options{})
-		}()
-	}
-	wg.Wait()
+	grown, errs := growAll(t, comms)
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: grow: %v", r, err)
@@ -270,6 +280,7 @@ func TestGrow(t *testing.T) {
 	// without an id on rank 0 every rank gets the same error
 	_, _ = comms[0].GetUniqueID() // a fresh one, then forgotten:
 	comms[0].growID = nil
+	var wg sync.WaitGroup
 	for r := 0; r < 3; r++ {
 		wg.Add(1)
 		go func() { defer wg.Done(); _, errs[r] = comms[r].Grow(4, nil, Options{}) }()
@@ -307,24 +318,7 @@ func TestShrinkResourcesReturn(t *testing.T) {
 				}
 				comms[r].Destroy()
 			}
-			id, err := subs[0].GetUniqueID()
-			if err != nil {
-				t.Fatal(err)
-			}
-			grown := make([]*Comm, 4)
-			var wg sync.WaitGroup
-			for r := 0; r < 4; r++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					if r == 3 {
-						grown[r], errs[r] = GrowJoin(id, 4, 3, Options{})
-						return
-					}
-					grown[r], errs[r] = subs[survivors[r]].Grow(4, nil, Options{})
-				}()
-			}
-			wg.Wait()
+			grown, errs := growAll(t, []*Comm{subs[0], subs[2], subs[3]})
 			for _, r := range survivors {
 				subs[r].Destroy()
 			}
