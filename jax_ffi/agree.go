@@ -105,8 +105,8 @@ func (l *lane) agree() (settled []*call, settledErrs []error, batch []tag, err e
 			}
 			if want, got := sigOf(block(0), i), sigOf(b, j); got != want {
 				err := status.Errorf(status.InvalidUsage,
-					"gocl.jax on rank %d: ranks disagree on collective call site %d (call %d): rank 0 runs %s, rank %d runs %s; every rank must run the same jitted programs (same shapes and arguments) in the same order",
-					me, t.site, t.n+1, describe(want), r, describe(got))
+					"gocl.jax on rank %d: ranks disagree on %s: rank 0 runs %s, rank %d runs %s; every rank must run the same jitted programs (same shapes and arguments) in the same order",
+					me, siteName(t), describe(want), r, describe(got))
 				l.c.Abort() // later calls may be mismatched too: fail them everywhere
 				return nil, nil, nil, err
 			}

@@ -309,8 +309,8 @@ func (l *lane) take(t tag) (*call, error) {
 		case <-l.wake:
 		case <-deadline:
 			return nil, status.Errorf(status.Timeout,
-				"gocl.jax on rank %d: rank 0 ran collective call site %d (call %d there) but this rank has not made that call within GOCL_TIMEOUT; do all ranks run the same jitted program?",
-				l.c.Rank(), t.site, t.n+1)
+				"gocl.jax on rank %d: rank 0 ran %s but this rank has not made that call within GOCL_TIMEOUT; do all ranks run the same jitted programs, as many times each?",
+				l.c.Rank(), siteName(t))
 		}
 	}
 }

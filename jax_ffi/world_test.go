@@ -276,8 +276,11 @@ func TestEveryKindSettledAndRun(t *testing.T) {
 }
 
 // Ranks making the same call site with different arguments (different
-// programs traced) get an error naming both on every rank, not a hang.
+// programs traced) get an error naming both, and the call's place in the
+// user's program, on every rank, not a hang.
 func TestMismatchedCallFailsEveryRank(t *testing.T) {
+	name := "step.py:12 in step, traced for step at step.py:10 (in jit_step)"
+	nameSite(7, name)
 	h, err := newWorld(nil, 1, 0, 2, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -299,7 +302,7 @@ func TestMismatchedCallFailsEveryRank(t *testing.T) {
 	}
 	wg.Wait()
 	for r, e := range errs {
-		if e == nil || !strings.Contains(e.Error(), "ranks disagree on collective call site 7") ||
+		if e == nil || !strings.Contains(e.Error(), "ranks disagree on the gocl.jax call at "+name+" (its execution 1)") ||
 			!strings.Contains(e.Error(), "rank 0 runs all_reduce of 2 elements of float32") || !strings.Contains(e.Error(), "rank 1 runs all_reduce of 4 elements") {
 			t.Errorf("rank %d: %v", r, e)
 		}

@@ -23,8 +23,6 @@ from __future__ import annotations
 import atexit
 import ctypes
 import functools
-import hashlib
-import os
 import sys
 import threading
 from typing import Sequence
@@ -33,9 +31,8 @@ import numpy as np
 
 import jax
 import jax.numpy as jnp
-import jaxlib
 
-from . import _lib, _rendezvous
+from . import _jax_sites, _lib, _rendezvous
 from .errors import InvalidArgumentError, error_for
 
 __all__ = ["init", "shutdown", "world_size", "process_rank", "local_devices", "all_reduce", "all_gather",
@@ -64,8 +61,7 @@ class _World:
 _lock = threading.RLock()
 _world: _World | None = None
 _registered: set[str] = set()
-_sites: dict[tuple, int] = {}  # line of user code -> calls traced from it so far
-_INTERNAL = tuple(os.path.dirname(m.__file__) + os.sep for m in (jax, jaxlib, np, os, sys.modules[__package__]))
+_names: dict[int, str] = {}  # site -> where its call is, for error sentences
 
 
 def _register(platform: str) -> None:
@@ -187,39 +183,55 @@ def _op(name: str, op: str) -> int:
     return _OPS[op]
 
 
-def _ffi(target: str, x, shape, vmap_method: str, in_place: bool = False, **attrs):
+def _ffi(target: str, x, shape, vmap_method: str, site: int, in_place: bool = False, **attrs):
     # No has_side_effect: an effectful jitted function leaves JAX's C++
     # dispatch path (about 150 us more per call). Each rank's result is a pure
     # function of all ranks' inputs, and every rank compiles the same program,
     # so XLA keeps or drops (result unused) a collective on every rank alike;
-    # the unique site attribute keeps two collectives from merging.
+    # the site attribute, unique per call in a compiled program
+    # (_jax_sites), keeps two collectives from merging and names the call.
     w = _get()
     attrs = {k: (np.asarray(v, np.int64) if isinstance(v, np.ndarray) else np.int64(v)) for k, v in attrs.items()}
     call = jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(tuple(shape), x.dtype), vmap_method=vmap_method,
                             input_output_aliases={0: 0} if in_place else None)
-    return call(x, comm=np.int64(w.handle), site=np.int64(_site()), **attrs)
+    return call(x, comm=np.int64(w.handle), site=np.int64(site), **attrs)
+
+
+def _name_site(site: int, name: str) -> None:
+    """Tell libgocl where the call of site is (its error sentences say it)."""
+    with _lock:
+        if _names.get(site) == name:
+            return
+        _names[site] = name
+    b = name.encode("utf-8", "replace")
+    fn = _lib.lib().goclJaxNameSite
+    fn.argtypes = [ctypes.c_int64, ctypes.c_char_p, ctypes.c_size_t]
+    fn.restype = None
+    fn(site, b, len(b))
 
 
 def _site() -> int:
-    """The call's site id, equal on every rank for the same call: the k-th
-    call traced from its line of user code (the innermost frame outside
-    gocl, JAX, numpy and the standard library). Counting per line rather
-    than over all calls keeps ranks that trace programs in different orders
-    (threads, a rank-dependent warm-up) in agreement, as long as each line's
-    calls are traced in the same order; shapes and arguments stay out of
-    the key, so ranks that trace one line differently make the same site
-    with different arguments, which fails on every rank at once (jax_ffi's
-    order round) instead of waiting. Bounded to a positive int64."""
-    f = sys._getframe(1)
-    while f is not None and f.f_code.co_filename.startswith(_INTERNAL):
-        f = f.f_back
-    where = ("", "", 0) if f is None else (os.path.basename(f.f_code.co_filename), f.f_code.co_name, f.f_lineno)
-    key = where
-    with _lock:
-        k = _sites.get(key, 0)
-        _sites[key] = k + 1
-    digest = hashlib.blake2b(repr((key, k)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+    """The site of a gocl.jax call made by the caller's caller (the public
+    function): its line of user code and its place among that line's calls
+    in the current trace (_jax_sites.trace_site). Compiling then gives every
+    call in a program a site of its own (_jax_sites.make_unique)."""
+    site, name = _jax_sites.trace_site(sys._getframe(1))
+    _name_site(site, name)
+    return site
+
+
+def _grad_site(site: int) -> int:
+    """The site of the collective a gradient rule issues for the call of site."""
+    grad = _jax_sites.digest("grad", site)
+    _name_site(grad, f"{_names.get(site, f'site {site}')}, its gradient")
+    return grad
+
+
+def _compiled_site(new: int, old: int, note: str) -> None:
+    _name_site(new, f"{_names.get(old, f'site {old}')} ({note})")
+
+
+_jax_sites.install(_compiled_site)
 
 
 def _widen(x):
@@ -230,22 +242,22 @@ def _widen(x):
     return x, None
 
 
-def _all_reduce_raw(x, op: int, in_place: bool = False):
+def _all_reduce_raw(x, op: int, site: int, in_place: bool = False):
     y, narrow = _widen(x)
-    y = _ffi("gocl_all_reduce", y, y.shape, "broadcast_all", in_place=in_place, op=op)
+    y = _ffi("gocl_all_reduce", y, y.shape, "broadcast_all", site, in_place=in_place, op=op)
     return y if narrow is None else y.astype(narrow)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
-def _all_reduce(x, op: int, in_place: bool):
-    return _all_reduce_raw(x, op, in_place)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3))
+def _all_reduce(x, op: int, in_place: bool, site: int):
+    return _all_reduce_raw(x, op, site, in_place)
 
 
-def _all_reduce_fwd(x, op, in_place):
-    return _all_reduce_raw(x, op, in_place), None
+def _all_reduce_fwd(x, op, in_place, site):
+    return _all_reduce_raw(x, op, site, in_place), None
 
 
-def _all_reduce_bwd(op, in_place, _, ct):
+def _all_reduce_bwd(op, in_place, site, _, ct):
     if op == _OPS["sum"]:
         return (ct,)
     if op == _OPS["avg"]:
@@ -266,12 +278,12 @@ def all_reduce(x, op: str = "sum", in_place: bool = False):
     new result buffer when ``x`` is an intermediate no longer needed (a
     gradient) or a donated argument; XLA copies ``x`` first otherwise, which
     is slower than the default."""
-    return _all_reduce(jnp.asarray(x), _op("all_reduce", op), bool(in_place))
+    return _all_reduce(jnp.asarray(x), _op("all_reduce", op), bool(in_place), _site())
 
 
-def _gathered(x):  # (n, *x.shape), block i from rank i
+def _gathered(x, site: int):  # (n, *x.shape), block i from rank i
     n = _get().size
-    return _ffi("gocl_all_gather", x, (n, *x.shape), "sequential")
+    return _ffi("gocl_all_gather", x, (n, *x.shape), "sequential", site)
 
 
 def _place(g, axis: int, tiled: bool):
@@ -289,31 +301,31 @@ def _unplace(ct, axis: int, tiled: bool, n: int):
     return jnp.moveaxis(ct, axis, 0)
 
 
-def _reduce_scatter_raw(x, op: int):
+def _reduce_scatter_raw(x, op: int, site: int):
     n = _get().size
     if x.ndim == 0 or x.shape[0] % n:
         raise InvalidArgumentError(
             f"gocl.jax.reduce_scatter on rank {_get().rank}: axis 0 of shape {tuple(x.shape)} must split into "
             f"world size {n} equal blocks")
     y, narrow = _widen(x)
-    y = _ffi("gocl_reduce_scatter", y, (x.shape[0] // n, *x.shape[1:]), "sequential", op=op)
+    y = _ffi("gocl_reduce_scatter", y, (x.shape[0] // n, *x.shape[1:]), "sequential", site, op=op)
     return y if narrow is None else y.astype(narrow)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
-def _all_gather(x, axis: int, tiled: bool):
-    return _place(_gathered(x), axis, tiled)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3))
+def _all_gather(x, axis: int, tiled: bool, site: int):
+    return _place(_gathered(x, site), axis, tiled)
 
 
-def _all_gather_fwd(x, axis, tiled):
-    return _all_gather(x, axis, tiled), None
+def _all_gather_fwd(x, axis, tiled, site):
+    return _all_gather(x, axis, tiled, site), None
 
 
-def _all_gather_bwd(axis, tiled, _, ct):
+def _all_gather_bwd(axis, tiled, site, _, ct):
     n = _get().size
     blocks = _unplace(ct, axis, tiled, n)  # (n, *x.shape): block i is rank i's share
     flat = blocks.reshape((-1,) + blocks.shape[2:])
-    return (_reduce_scatter_raw(flat, _OPS["sum"]).reshape(blocks.shape[1:]),)
+    return (_reduce_scatter_raw(flat, _OPS["sum"], _grad_site(site)).reshape(blocks.shape[1:]),)
 
 
 _all_gather.defvjp(_all_gather_fwd, _all_gather_bwd)
@@ -329,22 +341,22 @@ def all_gather(x, axis: int = 0, tiled: bool = False):
         raise InvalidArgumentError(
             f"gocl.jax.all_gather on rank {_get().rank}: axis {axis} is out of range for shape {tuple(x.shape)}"
             f"{' (tiled)' if tiled else ''}")
-    return _all_gather(x, axis % nd, bool(tiled))
+    return _all_gather(x, axis % nd, bool(tiled), _site())
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
-def _reduce_scatter(x, op: int):
-    return _reduce_scatter_raw(x, op)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
+def _reduce_scatter(x, op: int, site: int):
+    return _reduce_scatter_raw(x, op, site)
 
 
-def _reduce_scatter_fwd(x, op):
-    return _reduce_scatter_raw(x, op), None
+def _reduce_scatter_fwd(x, op, site):
+    return _reduce_scatter_raw(x, op, site), None
 
 
-def _reduce_scatter_bwd(op, _, ct):
+def _reduce_scatter_bwd(op, site, _, ct):
     if op != _OPS["sum"]:
         raise NotImplementedError("gocl.jax.reduce_scatter: only op 'sum' has a gradient")
-    return (_place(_gathered(ct), 0, True),)
+    return (_place(_gathered(ct, _grad_site(site)), 0, True),)
 
 
 _reduce_scatter.defvjp(_reduce_scatter_fwd, _reduce_scatter_bwd)
@@ -354,7 +366,7 @@ def reduce_scatter(x, op: str = "sum"):
     """Axis 0 cut into world-size blocks; rank i gets the reduction of block
     i over all ranks (``jax.lax.psum_scatter(..., tiled=True)``). Gradient
     (sum): all_gather of the cotangent, tiled."""
-    return _reduce_scatter(jnp.asarray(x), _op("reduce_scatter", op))
+    return _reduce_scatter(jnp.asarray(x), _op("reduce_scatter", op), _site())
 
 
 def broadcast(x, root: int = 0):
@@ -364,43 +376,44 @@ def broadcast(x, root: int = 0):
     if not 0 <= int(root) < n:
         raise InvalidArgumentError(
             f"gocl.jax.broadcast on rank {_get().rank}: root {root} is not a rank of this world of {n}")
-    return _ffi("gocl_broadcast", x, x.shape, "broadcast_all", root=int(root))
+    return _ffi("gocl_broadcast", x, x.shape, "broadcast_all", _site(), root=int(root))
 
 
-def _all_to_all_raw(x):
+def _all_to_all_raw(x, site: int):
     n = _get().size
     if x.ndim == 0 or x.shape[0] % n:
         raise InvalidArgumentError(
             f"gocl.jax.all_to_all on rank {_get().rank}: axis 0 of shape {tuple(x.shape)} must split into "
             f"world size {n} equal blocks")
-    return _ffi("gocl_all_to_all", x, x.shape, "sequential")
+    return _ffi("gocl_all_to_all", x, x.shape, "sequential", site)
 
 
-@jax.custom_vjp
-def _all_to_all(x):
-    return _all_to_all_raw(x)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _all_to_all(x, site: int):
+    return _all_to_all_raw(x, site)
 
 
-_all_to_all.defvjp(lambda x: (_all_to_all_raw(x), None), lambda _, ct: (_all_to_all_raw(ct),))
+_all_to_all.defvjp(lambda x, site: (_all_to_all_raw(x, site), None),
+                   lambda site, _, ct: (_all_to_all_raw(ct, _grad_site(site)),))
 
 
 def all_to_all(x):
     """Axis 0 cut into world-size blocks: block j goes to rank j; the result
     has ``x``'s shape, block i from rank i. It is its own gradient."""
-    return _all_to_all(jnp.asarray(x))
+    return _all_to_all(jnp.asarray(x), _site())
 
 
-def _ppermute_raw(x, perm: tuple):
-    return _ffi("gocl_ppermute", x, x.shape, "broadcast_all", perm=np.asarray(perm, np.int64).reshape(-1))
+def _ppermute_raw(x, perm: tuple, site: int):
+    return _ffi("gocl_ppermute", x, x.shape, "broadcast_all", site, perm=np.asarray(perm, np.int64).reshape(-1))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
-def _ppermute(x, perm: tuple):
-    return _ppermute_raw(x, perm)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
+def _ppermute(x, perm: tuple, site: int):
+    return _ppermute_raw(x, perm, site)
 
 
-_ppermute.defvjp(lambda x, perm: (_ppermute_raw(x, perm), None),
-                 lambda perm, _, ct: (_ppermute_raw(ct, tuple((d, s) for s, d in perm)),))
+_ppermute.defvjp(lambda x, perm, site: (_ppermute_raw(x, perm, site), None),
+                 lambda perm, site, _, ct: (_ppermute_raw(ct, tuple((d, s) for s, d in perm), _grad_site(site)),))
 
 
 def ppermute(x, perm: Sequence[tuple[int, int]]):
@@ -408,4 +421,4 @@ def ppermute(x, perm: Sequence[tuple[int, int]]):
     pair, source's ``x`` goes to destination; ranks nobody sends to get
     zeros. Gradient: the inverse permutation."""
     pairs = tuple((int(s), int(d)) for s, d in perm)
-    return _ppermute(jnp.asarray(x), pairs)
+    return _ppermute(jnp.asarray(x), pairs, _site())

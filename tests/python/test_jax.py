@@ -287,8 +287,8 @@ def _check_data_parallel_training_equals_full_batch():
 
 def _check_programs_traced_in_rank_dependent_orders():
     """The ranks trace two programs in opposite orders before running them:
-    call sites are keyed by their line of code, not numbered in trace order
-    (numbered, the ranks would wait for different calls)."""
+    call sites are numbered within each trace, not across traces (numbered
+    across, the ranks would wait for different calls)."""
     r, n = gj.process_rank(), gj.world_size()
     a = jax.jit(lambda v: gj.all_reduce(v, op="max"))
     b = jax.jit(lambda v: gj.all_gather(v * 2))
@@ -336,11 +336,12 @@ def _check_programs_dispatched_from_threads():
 
 def _check_ranks_running_different_programs_fail_everywhere():
     """Ranks that trace different programs make the same call site with
-    different arguments: every rank gets an error naming both, promptly."""
+    different arguments: every rank gets an error naming both, and the file
+    and line of the call, promptly."""
     r = gj.process_rank()
     f = jax.jit(lambda v: gj.all_reduce(v))
     start = time.monotonic()
-    with pytest.raises(Exception, match=r"ranks disagree on collective call site \d+ .*rank 0 runs all_reduce of 4 elements"):
+    with pytest.raises(Exception, match=r"ranks disagree on the gocl.jax call at test_jax.py:\d+ in .*rank 0 runs all_reduce of 4 elements"):
         f(jnp.ones(4 + 2 * r)).block_until_ready()
     assert time.monotonic() - start < 20
     gj.shutdown(abort=True)
