@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import os
 import re
 import sys
@@ -84,6 +85,29 @@ def where(frame) -> tuple[str, str, str, int]:
             getattr(code, "co_qualname", code.co_name), frame.f_lineno)
 
 
+def _column(frame) -> int:
+    """The column of the frame's current instruction (0 where Python does
+    not record columns)."""
+    try:
+        pos = next(itertools.islice(frame.f_code.co_positions(), frame.f_lasti // 2, None), None)
+    except AttributeError:  # before Python 3.11: lines only
+        return 0
+    return (pos[2] or 0) if pos else 0
+
+
+def user_chain(frame) -> tuple:
+    """The places (with columns) of the user's frames from the call up to
+    the first frame of JAX or the standard library above it: the call's
+    path inside the traced function. Two lambdas on one line that call one
+    helper differ by it; who called the jitted function does not enter."""
+    chain = []
+    frame = user_frame(frame)
+    while frame is not None and not _internal(frame.f_code.co_filename) and len(chain) < 32:
+        chain.append(where(frame) + (_column(frame),))
+        frame = frame.f_back
+    return tuple(chain)
+
+
 _per_trace: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
 _per_trace_fallback: dict = {}
 
@@ -124,7 +148,8 @@ def trace_site(frame) -> tuple[int, str]:
     in another order (threads) does not shift the others. Outside a trace
     (a call run eagerly) the number is 0: such calls run one at a time, in
     program order."""
-    place = where(user_frame(frame))
+    chain = user_chain(frame)
+    place = chain[0][:4] if chain else where(None)
     t = _current_trace()
     traced = _traced_function(t)
     with _lock:
@@ -135,15 +160,15 @@ def trace_site(frame) -> tuple[int, str]:
                 counts = _per_trace.setdefault(t, {})
             except TypeError:  # pragma: no cover - a trace that takes no weak reference
                 counts = _per_trace_fallback
-            k = counts.get(place, 0)
-            counts[place] = k + 1
+            k = counts.get(chain, 0)
+            counts[chain] = k + 1
     module, file, func, line = place
     name = f"{file}:{line} in {func}" if file else "an unknown place"
     if k:
         name += f" (call {k + 1} traced from that line)"
     if traced:
         name += f", traced for {traced}"
-    return digest("site", traced, place, k), name
+    return digest("site", traced, chain, k), name
 
 
 # ------------------------------------------------------------ compile time
