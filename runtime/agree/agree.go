@@ -71,12 +71,13 @@ func (b Ballot) Less(o Ballot) bool {
 type Value struct {
 	Members []int  `json:"members,omitempty"`
 	ID      []byte `json:"id,omitempty"`
+	Agreed  bool   `json:"agreed,omitempty"` // by agreement, not an exclude list
 	Err     string `json:"err,omitempty"`
 }
 
 // Equal says whether two decisions are the same.
 func (v Value) Equal(o Value) bool {
-	return slices.Equal(v.Members, o.Members) && string(v.ID) == string(o.ID) && v.Err == o.Err
+	return slices.Equal(v.Members, o.Members) && string(v.ID) == string(o.ID) && v.Agreed == o.Agreed && v.Err == o.Err
 }
 
 // Kind is a message's kind.
@@ -173,9 +174,9 @@ type run struct {
 	start    time.Duration
 	peers    []peer
 	prop     *proposal
-	round    int           // highest round seen
-	lowerAt  time.Duration // when a lower rank last prepared
-	maxSeen  int           // the highest epoch a peer is shrinking
+	round    int                      // highest round seen
+	lowerAt  time.Duration            // when a lower rank last prepared
+	maxSeen  int                      // the highest epoch a peer is shrinking
 	sent     map[[2]int]time.Duration // (kind, peer) -> when last sent: one of each per tick
 	done     bool
 }
@@ -188,6 +189,10 @@ type Machine struct {
 	acc       map[int]*acceptor
 	next      int // the first epoch without a known decision
 	run       *run
+	// leftOut is an agreed shrink the others decided without this rank
+	// while it was not shrinking (it was late, or taken for dead): its next
+	// shrink call is that one, and fails at once saying so (-1: none).
+	leftOut int
 }
 
 // New makes a rank's machine.
@@ -195,7 +200,7 @@ func New(cfg Config) *Machine {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
-	return &Machine{cfg: cfg, decisions: map[int]Value{}, acc: map[int]*acceptor{}}
+	return &Machine{cfg: cfg, decisions: map[int]Value{}, acc: map[int]*acceptor{}, leftOut: -1}
 }
 
 // Timeout is the join window in force.
@@ -221,6 +226,10 @@ func (m *Machine) Tick() time.Duration { return m.tick() }
 func (m *Machine) Start(now time.Duration, explicit bool, exclude []int) ([]Msg, *Outcome) {
 	if m.Running() {
 		return nil, &Outcome{Epoch: m.run.epoch, Err: fmt.Errorf("rank %d: a shrink of this communicator is already in progress", m.cfg.Rank)}
+	}
+	if e := m.leftOut; e >= 0 {
+		m.leftOut = -1
+		return nil, &Outcome{Epoch: e, Err: m.leftOutErr()}
 	}
 	r := &run{epoch: m.next, explicit: explicit, exclude: slices.Clone(exclude), start: now, maxSeen: -1,
 		sent: map[[2]int]time.Duration{}}
@@ -276,6 +285,9 @@ func (m *Machine) learn(ds map[int]Value) {
 		}
 		m.decisions = cloneDecisions(m.decisions)
 		m.decisions[e] = v
+		if v.Agreed && !slices.Contains(v.Members, m.cfg.Rank) && !(m.Running() && m.run.epoch <= e) && e >= m.next {
+			m.leftOut = e
+		}
 	}
 	for {
 		if _, ok := m.decisions[m.next]; !ok {
@@ -428,7 +440,7 @@ func (m *Machine) Step(now time.Duration) ([]Msg, *Outcome) {
 			r.epoch, r.prop = r.maxSeen, nil
 			continue
 		}
-		return end(Outcome{Err: fmt.Errorf("rank %d was left out of the shrunk communicator: the survivors decided without it (it did not answer in time, or called shrink after they had decided)", me)})
+		return end(Outcome{Err: m.leftOutErr()})
 	}
 	// Behind: the others shrink a later epoch and this one is unknown to
 	// them (a shrink this rank was excluded from): join theirs.
@@ -439,7 +451,7 @@ func (m *Machine) Step(now time.Duration) ([]Msg, *Outcome) {
 	}
 	for q, p := range r.peers {
 		if q != me && p.active == r.epoch && (p.explicit != r.explicit || !slices.Equal(p.exclude, r.exclude)) {
-			return end(Outcome{Err: fmt.Errorf("ranks shrink differently: rank %d %s but rank %d %s; every survivor must pass the same exclude list (or none to agree)", me, describeCall(r.explicit, r.exclude), q, describeCall(p.explicit, p.exclude))})
+			return end(Outcome{Err: fmt.Errorf("ranks shrink differently: rank %d %s but rank %d %s; every survivor must pass the same list of excluded ranks (or none to agree)", me, describeCall(r.explicit, r.exclude), q, describeCall(p.explicit, p.exclude))})
 		}
 	}
 	elapsed := now - r.start
@@ -487,6 +499,10 @@ func (m *Machine) Step(now time.Duration) ([]Msg, *Outcome) {
 		}
 	}
 	return out, nil
+}
+
+func (m *Machine) leftOutErr() error {
+	return fmt.Errorf("rank %d was left out of the shrunk communicator: the survivors decided without it (it did not answer in time, or called shrink after they had decided)", m.cfg.Rank)
 }
 
 // why says what the run was waiting for, for the timeout's sentence.
@@ -604,7 +620,7 @@ func (m *Machine) coordinate(now time.Duration) ([]Msg, *Outcome) {
 			nv := Value{}
 			for q, pr := range p.promised {
 				if pr.Explicit != r.explicit || !slices.Equal(pr.Exclude, r.exclude) {
-					nv.Err = fmt.Sprintf("ranks shrink differently: rank %d %s but rank %d %s; every survivor must pass the same exclude list (or none to agree)", me, describeCall(r.explicit, r.exclude), q, describeCall(pr.Explicit, pr.Exclude))
+					nv.Err = fmt.Sprintf("ranks shrink differently: rank %d %s but rank %d %s; every survivor must pass the same list of excluded ranks (or none to agree)", me, describeCall(r.explicit, r.exclude), q, describeCall(pr.Explicit, pr.Exclude))
 					break
 				}
 			}
@@ -612,6 +628,7 @@ func (m *Machine) coordinate(now time.Duration) ([]Msg, *Outcome) {
 				if r.explicit {
 					nv.Members = members()
 				} else {
+					nv.Agreed = true
 					for q := range p.promised {
 						nv.Members = append(nv.Members, q)
 					}

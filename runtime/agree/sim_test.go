@@ -139,7 +139,7 @@ func (p plan) linkDown(a, b int, t time.Duration) bool {
 	return false
 }
 
-func (p plan) dead(r int, t time.Duration) bool  { return p.crash[r] >= 0 && t >= p.crash[r] }
+func (p plan) dead(r int, t time.Duration) bool   { return p.crash[r] >= 0 && t >= p.crash[r] }
 func (p plan) paused(r int, t time.Duration) bool { return p.pause[r].has(t) }
 
 // healthy ranks called shrink within the first quarter of the window and
@@ -157,20 +157,20 @@ func (p plan) healthy(r int) bool {
 }
 
 type sim struct {
-	t        *testing.T
-	seed     int64
-	rng      *rand.Rand
-	p        plan
-	now      time.Duration
-	seq      int
-	q        queue
-	ms       []*Machine
-	outcome  []*Outcome
-	doneAt   []time.Duration
-	ids      int
-	called   []time.Duration // when each rank called shrink (-1: not yet)
-	trace    []string
-	verbose  bool
+	t       *testing.T
+	seed    int64
+	rng     *rand.Rand
+	p       plan
+	now     time.Duration
+	seq     int
+	q       queue
+	ms      []*Machine
+	outcome []*Outcome
+	doneAt  []time.Duration
+	ids     int
+	called  []time.Duration // when each rank called shrink (-1: not yet)
+	trace   []string
+	verbose bool
 }
 
 func (s *sim) at(t time.Duration, fn func()) {
@@ -185,7 +185,9 @@ func (s *sim) logf(format string, a ...any) {
 }
 
 // probeWait is the live driver's bound on one request (comm.probeWait).
-func probeWait(t time.Duration) time.Duration { return min(max(t/4, 200*time.Millisecond), time.Second) }
+func probeWait(t time.Duration) time.Duration {
+	return min(max(t/4, 200*time.Millisecond), time.Second)
+}
 
 // send delivers m as one request from m.From to m.To at now.
 func (s *sim) send(m Msg) {

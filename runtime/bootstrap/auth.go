@@ -36,44 +36,63 @@ func mac(secret []byte, role string, a, b []byte) []byte {
 
 // authDial runs the dialer's side.
 func authDial(c net.Conn, secret []byte) error {
+	_, err := authDialKey(c, secret)
+	return err
+}
+
+// sessionKey is the key a connection's messages are sealed with after the
+// handshake: fresh per connection (both nonces), known only to holders of
+// the secret.
+func sessionKey(secret, nd, nl []byte) []byte { return mac(secret, "S", nd, nl) }
+
+// authDialKey runs the dialer's side and returns the session key.
+func authDialKey(c net.Conn, secret []byte) ([]byte, error) {
 	nd := make([]byte, nonceLen)
 	rand.Read(nd)
 	if _, err := c.Write(append(append([]byte(nil), authMagic...), nd...)); err != nil {
-		return err
+		return nil, err
 	}
 	reply := make([]byte, nonceLen+sha256.Size)
 	if _, err := io.ReadFull(c, reply); err != nil {
-		return err
+		return nil, err
 	}
 	nl := reply[:nonceLen]
 	if !hmac.Equal(reply[nonceLen:], mac(secret, "L", nd, nl)) {
-		return errAuth
+		return nil, errAuth
 	}
-	_, err := c.Write(mac(secret, "D", nd, nl))
-	return err
+	if _, err := c.Write(mac(secret, "D", nd, nl)); err != nil {
+		return nil, err
+	}
+	return sessionKey(secret, nd, nl), nil
 }
 
 // authAccept runs the listener's side.
 func authAccept(c net.Conn, secret []byte) error {
+	_, err := authAcceptKey(c, secret)
+	return err
+}
+
+// authAcceptKey runs the listener's side and returns the session key.
+func authAcceptKey(c net.Conn, secret []byte) ([]byte, error) {
 	hello := make([]byte, len(authMagic)+nonceLen)
 	if _, err := io.ReadFull(c, hello); err != nil {
-		return err
+		return nil, err
 	}
 	if !bytes.Equal(hello[:len(authMagic)], authMagic) {
-		return errAuth
+		return nil, errAuth
 	}
 	nd := hello[len(authMagic):]
 	nl := make([]byte, nonceLen)
 	rand.Read(nl)
 	if _, err := c.Write(append(nl, mac(secret, "L", nd, nl)...)); err != nil {
-		return err
+		return nil, err
 	}
 	proof := make([]byte, sha256.Size)
 	if _, err := io.ReadFull(c, proof); err != nil {
-		return err
+		return nil, err
 	}
 	if !hmac.Equal(proof, mac(secret, "D", nd, nl)) {
-		return errAuth
+		return nil, errAuth
 	}
-	return nil
+	return sessionKey(secret, nd, nl), nil
 }

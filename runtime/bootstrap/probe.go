@@ -33,10 +33,22 @@ func NewRequest(kind string, body any) Request {
 }
 
 // Serve answers every authenticated connection on ln: it reads one
-// Request and writes handle's answer, until ln is closed. Strangers are
+// Request and writes handle's answer, both sealed (seal.go), until ln is
+// closed. Strangers are
 // logged and dropped. handle may block (a shrink's coordinator answers when
 // it has decided); it bounds its own wait.
 func Serve(ln net.Listener, self int, secret []byte, handle func(Request) any) {
+	serve(ln, self, secret, handle, true)
+}
+
+// ServeUnsealed is Serve without sealing, for the status endpoint, whose
+// clients (gocl status, in Python's standard library) speak the handshake
+// and plain messages; its requests carry no secret of the job.
+func ServeUnsealed(ln net.Listener, self int, secret []byte, handle func(Request) any) {
+	serve(ln, self, secret, handle, false)
+}
+
+func serve(ln net.Listener, self int, secret []byte, handle func(Request) any, sealing bool) {
 	defer func() { recover() }() // a goroutine of ours never takes the process down
 	if d, ok := ln.(interface{ SetDeadline(time.Time) error }); ok {
 		d.SetDeadline(time.Time{}) // the mesh's accept deadline
@@ -54,16 +66,30 @@ func Serve(ln net.Listener, self int, secret []byte, handle func(Request) any) {
 			defer func() { recover() }()
 			defer c.Close()
 			c.SetDeadline(time.Now().Add(authTimeout))
-			if err := authAccept(c, secret); err != nil {
+			key, err := authAcceptKey(c, secret)
+			if err != nil {
 				debuglog.Warnf(debuglog.Bootstrap, self, "dropped connection from %s: %v", c.RemoteAddr(), err)
 				return
 			}
 			var req Request
-			if err := readMsg(c, &req); err != nil {
+			if !sealing {
+				if err := readMsg(c, &req); err != nil {
+					return
+				}
+				c.SetDeadline(time.Time{})
+				writeMsg(c, handle(req))
+				return
+			}
+			s, err := newSealed(key, false)
+			if err != nil {
+				return
+			}
+			if err := s.read(c, &req); err != nil {
+				debuglog.Warnf(debuglog.Bootstrap, self, "dropped connection from %s: %v", c.RemoteAddr(), err)
 				return
 			}
 			c.SetDeadline(time.Time{}) // an authenticated peer; handle bounds its own wait
-			writeMsg(c, handle(req))
+			s.write(c, handle(req))
 		}()
 	}
 }
@@ -79,11 +105,16 @@ func Ask(addr string, secret []byte, deadline time.Time, req Request, reply any)
 	}
 	defer c.Close()
 	c.SetDeadline(deadline)
-	if err := authDial(c, secret); err != nil {
+	key, err := authDialKey(c, secret)
+	if err != nil {
 		return err
 	}
-	if err := writeMsg(c, req); err != nil {
+	s, err := newSealed(key, true)
+	if err != nil {
 		return err
 	}
-	return readMsg(c, reply)
+	if err := s.write(c, req); err != nil {
+		return err
+	}
+	return s.read(c, reply)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"gocl/runtime/debuglog"
@@ -28,8 +29,36 @@ func StartRoot(timeout time.Duration) (ID, error) {
 		return ID{}, err
 	}
 	debuglog.Infof(debuglog.Bootstrap, -1, "bootstrap root listening on %s", ln.Addr())
-	go serveRoot(ln, id.Secret(), timeout)
+	stop := make(chan struct{})
+	rootsMu.Lock()
+	roots[id] = stop
+	rootsMu.Unlock()
+	go func() {
+		serveRoot(ln, id.Secret(), timeout, stop)
+		rootsMu.Lock()
+		delete(roots, id)
+		rootsMu.Unlock()
+	}()
 	return id, nil
+}
+
+// The roots this process serves, to stop one nobody will join (a shrink
+// proposal that was not chosen).
+var (
+	rootsMu sync.Mutex
+	roots   = map[ID]chan struct{}{}
+)
+
+// StopRoot ends the rendezvous of id, served here, if it still runs: its
+// listener closes and a rank that joined gets a failure.
+func StopRoot(id ID) {
+	rootsMu.Lock()
+	stop, ok := roots[id]
+	delete(roots, id)
+	rootsMu.Unlock()
+	if ok {
+		close(stop)
+	}
 }
 
 type arrival struct {
@@ -41,7 +70,7 @@ type arrival struct {
 // the table is sent (its init timed out or was interrupted, its process
 // died) fails the rendezvous for every rank at once: without it the others
 // would wait out their whole timeout, holding their connections here.
-func serveRoot(ln *net.TCPListener, secret []byte, timeout time.Duration) {
+func serveRoot(ln *net.TCPListener, secret []byte, timeout time.Duration, stop <-chan struct{}) {
 	defer ln.Close()
 	arrivals := make(chan arrival)
 	gone := make(chan arrival)
@@ -76,6 +105,9 @@ func serveRoot(ln *net.TCPListener, secret []byte, timeout time.Duration) {
 	}
 	for {
 		select {
+		case <-stop:
+			failAll("the rendezvous was withdrawn (a shrink proposal that was not chosen)")
+			return
 		case a := <-arrivals:
 			switch {
 			case a.info.NRanks <= 0 || a.info.Rank < 0 || a.info.Rank >= a.info.NRanks:

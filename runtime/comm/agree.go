@@ -4,33 +4,34 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"syscall"
 	"time"
 
+	"gocl/runtime/agree"
 	"gocl/runtime/bootstrap"
 	"gocl/runtime/debuglog"
 )
 
-// Agreement on who is gone (MPI ULFM's agree-and-shrink, over the bootstrap
-// listeners, which outlive a failed communicator's links). One survivor
-// coordinates each shrink: the lowest rank it believes alive. Every other
-// survivor sends it a view (the ranks it found gone); the coordinator waits
-// until every rank is either in some view or has reported itself, probing
-// the silent ones, then decides once: the dead set and the unique id of the
-// new communicator, which it roots. Every survivor gets that one decision,
-// so all build the same communicator. A coordinator that dies on the way is
-// found gone by the survivors, which turn to the next lowest rank; a
-// survivor that dies after the decision makes the new communicator's init
-// fail everywhere, and the survivors agree again (a new attempt) without it.
+// The survivors' agreement of a shrink (MPI ULFM's agree-and-shrink) runs
+// over the bootstrap listeners, which outlive a failed communicator's
+// links. Its logic is runtime/agree's Machine (single-decree Paxos per
+// shrink, proved in a deterministic simulator); this file is its I/O: each
+// message is one authenticated, sealed request to the peer's listener,
+// whose replies come back on the same connection; a refused connection
+// tells the machine the peer is gone, a timed-out one that it is silent.
 
 // Listener request kinds.
 const (
 	askProbe  = "probe"
-	askShrink = "shrink"
+	askAgree  = "agree"
 	askRevoke = "revoke"
 )
+
+// listenerReply answers requests that have no reply of their own.
+type listenerReply struct {
+	Err string `json:"err,omitempty"`
+}
 
 // serve answers a request on this rank's bootstrap listener.
 func (c *Comm) serve(req bootstrap.Request) any {
@@ -39,283 +40,192 @@ func (c *Comm) serve(req bootstrap.Request) any {
 		return c.answer()
 	case askStatus:
 		return c.ownView()
-	case askShrink:
-		var v shrinkView
-		if err := json.Unmarshal(req.Body, &v); err != nil {
-			return shrinkReply{Redirect: -1, Err: fmt.Sprintf("rank %d: malformed shrink request: %v", c.rank, err)}
+	case askAgree:
+		var m agree.Msg
+		if err := json.Unmarshal(req.Body, &m); err != nil || m.From < 0 || m.From >= c.nranks || m.From == c.rank || m.To != c.rank {
+			return []agree.Msg{}
 		}
-		return c.coordinate(v)
+		return c.agreeReceive(m)
 	case askRevoke:
 		var from int
 		if err := json.Unmarshal(req.Body, &from); err != nil || from < 0 || from >= c.nranks {
-			return shrinkReply{Redirect: -1, Err: fmt.Sprintf("rank %d: malformed revoke request", c.rank)}
+			return listenerReply{Err: fmt.Sprintf("rank %d: malformed revoke request", c.rank)}
 		}
 		c.fail(revoked(c.rank, from))
-		return shrinkReply{Redirect: -1}
+		return listenerReply{}
 	}
-	return shrinkReply{Redirect: -1, Err: fmt.Sprintf("rank %d: unknown request %q (a gocl of another version?)", c.rank, req.Kind)}
+	return listenerReply{Err: fmt.Sprintf("rank %d: unknown request %q (a gocl of another version?)", c.rank, req.Kind)}
 }
 
-// shrinkView is what a survivor tells the coordinator.
-type shrinkView struct {
-	Epoch   int   `json:"epoch"`   // which shrink of the communicator (each rank counts its own)
-	Attempt int   `json:"attempt"` // agreements of this shrink so far (a failed init starts another)
-	From    int   `json:"from"`
-	Agree   bool  `json:"agree"`   // the survivors find the dead set (excludeRanksList == NULL)
-	Exclude []int `json:"exclude"` // the caller's list, or (Agree) the ranks it found gone
-	WaitMs  int64 `json:"wait_ms"` // how long the sender waits for the decision
-}
+// shrinkWindow is the agreement's join window when the communicator has no
+// timeout (GOCL_TIMEOUT=0): the agreement is bounded all the same.
+var shrinkWindow = agree.DefaultTimeout
 
-// shrinkReply is the coordinator's answer: the decision, a lower rank to
-// ask instead (it answers probes, so it coordinates), or why there is none.
-type shrinkReply struct {
-	Redirect int          `json:"redirect"`
-	Dead     []int        `json:"dead,omitempty"`
-	ID       bootstrap.ID `json:"id"`
-	Err      string       `json:"err,omitempty"`
-}
+// Test hooks (nil outside tests): drop an outgoing agreement message; see
+// (and change) a rank's outcome before its shrink goes on.
+var (
+	agreeDropHook    func(m agree.Msg) bool
+	agreeOutcomeHook func(rank int, o *agree.Outcome)
+)
 
-// shrinkSession is one agreement, on its coordinator.
-type shrinkSession struct {
+// agreement is a communicator's agreement machine and the shrink waiting
+// on it.
+type agreement struct {
 	mu      sync.Mutex
-	views   map[int][]int // survivor -> the ranks it found gone
-	arrived chan struct{} // a view came in (capacity 1)
-	done    chan struct{} // closed once decided
-	exclude []int         // explicit shrinks: the coordinator's own list
-	dead    []int
-	id      bootstrap.ID
-	err     string
+	m       *agree.Machine
+	base    time.Time          // the machine's clock starts here
+	outcome chan agree.Outcome // the running shrink's result
+	made    []bootstrap.ID     // roots this rank started for its proposals
 }
 
-// shrinkState is a communicator's shrinks: how many it started, and the
-// agreements it coordinates, by (epoch, attempt).
-type shrinkState struct {
-	mu       sync.Mutex
-	epoch    int
-	sessions map[[2]int]*shrinkSession
-}
-
-func (c *Comm) session(epoch, attempt int) *shrinkSession {
-	c.shrink.mu.Lock()
-	defer c.shrink.mu.Unlock()
-	if c.shrink.sessions == nil {
-		c.shrink.sessions = map[[2]int]*shrinkSession{}
-	}
-	k := [2]int{epoch, attempt}
-	s := c.shrink.sessions[k]
-	if s == nil {
-		s = &shrinkSession{views: map[int][]int{}, arrived: make(chan struct{}, 1), done: make(chan struct{})}
-		c.shrink.sessions[k] = s
-	}
-	return s
-}
-
-// coordinate takes a survivor's view and answers with the decision, once
-// this rank (the coordinator) has made it, or within the sender's wait.
-func (c *Comm) coordinate(v shrinkView) shrinkReply {
-	no := func(format string, a ...any) shrinkReply {
-		return shrinkReply{Redirect: -1, Err: fmt.Sprintf(format, a...)}
-	}
-	if v.From < 0 || v.From >= c.nranks || v.From == c.rank {
-		return no("rank %d: shrink request from rank %d, which is not a peer", c.rank, v.From)
-	}
-	if v.Agree {
-		// The sender found every rank below this one gone. One that answers
-		// coordinates instead (it is the lowest survivor), unless it is gone
-		// for this rank too.
-		for r := 0; r < c.rank; r++ {
-			if slices.Contains(v.Exclude, r) && c.alive(r, probeWait(c.timeout)) {
-				return shrinkReply{Redirect: r}
+func (c *Comm) machine() *agree.Machine {
+	a := &c.agreement
+	if a.m == nil {
+		a.base = time.Now()
+		window := c.timeout
+		if window <= 0 {
+			window = shrinkWindow
+		}
+		var m *agree.Machine
+		m = agree.New(agree.Config{Rank: c.rank, N: c.nranks, Timeout: window, NewID: func() ([]byte, error) {
+			// The new root lives as long as the agreement can, and is withdrawn
+			// when another value is decided (agreeOn).
+			id, err := newUniqueID(agree.Bound(m.Timeout()))
+			if err == nil {
+				a.made = append(a.made, id)
 			}
-		}
+			return id[:], err
+		}})
+		a.m = m
 	}
-	s := c.session(v.Epoch, v.Attempt)
-	s.mu.Lock()
-	s.views[v.From] = v.Exclude
-	s.mu.Unlock()
-	select {
-	case s.arrived <- struct{}{}:
-	default:
-	}
-	wait := time.Duration(v.WaitMs) * time.Millisecond
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-s.done:
-	case <-t.C:
-		return no("rank %d, the coordinator of this shrink, did not decide within %v: it has not called shrink (every survivor must), or it is still waiting for a survivor that has not", c.rank, wait)
-	}
-	switch {
-	case s.err != "":
-		return no("%s", s.err)
-	case slices.Contains(s.dead, v.From):
-		return no("rank %d was left out of the shrunk communicator: the survivors decided without it (it did not answer, or called shrink after they had decided)", v.From)
-	case !v.Agree && !slices.Equal(v.Exclude, s.exclude):
-		return no("rank %d excludes ranks %v but rank %d, the lowest survivor, excludes %v: every survivor must pass the same list", v.From, v.Exclude, c.rank, s.exclude)
-	}
-	return shrinkReply{Redirect: -1, Dead: s.dead, ID: s.id}
+	return a.m
 }
 
-// alive probes rank r: false when its communicator is gone (a refused
-// connection) or it does not answer within wait, twice.
-func (c *Comm) alive(r int, wait time.Duration) bool {
-	for try := 0; try < 2; try++ {
-		_, err := c.ask(r, wait)
-		if err == nil {
-			return true
-		}
-		if errors.Is(err, syscall.ECONNREFUSED) {
-			return false
+func (c *Comm) agreeNow() time.Duration { return time.Since(c.agreement.base) }
+
+// agreeStep takes the machine's output (under the lock): the outcome goes
+// to the waiting shrink, the messages out to their ranks, except those
+// addressed to replyTo, returned (the answer to its request).
+func (c *Comm) agreeStep(out []agree.Msg, o *agree.Outcome, replyTo int) []agree.Msg {
+	if o != nil && c.agreement.outcome != nil {
+		select {
+		case c.agreement.outcome <- *o:
+		default:
 		}
 	}
-	return false
-}
-
-// gone probes every other rank at once and returns those not alive.
-func (c *Comm) gone(except []int) []int {
-	wait := probeWait(c.timeout)
-	dead := make([]bool, c.nranks)
-	var wg sync.WaitGroup
-	for r := 0; r < c.nranks; r++ {
-		if r == c.rank || slices.Contains(except, r) {
+	var replies []agree.Msg
+	for _, m := range out {
+		if m.To == replyTo {
+			replies = append(replies, m)
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			dead[r] = !c.alive(r, wait)
-		}()
+		go c.agreeSend(m)
 	}
-	wg.Wait()
-	var out []int
-	for r, d := range dead {
-		if d {
-			out = append(out, r)
-		}
-	}
-	return out
+	return replies
 }
 
-// decide runs this rank's agreement as its coordinator: explicit shrinks
-// take the list as given; agreed ones wait for every rank's view or its
-// absence, until deadline (zero: none).
-func (c *Comm) decide(epoch, attempt int, agree bool, exclude []int, deadline time.Time) (shrinkReply, error) {
-	s := c.session(epoch, attempt)
-	dead := map[int]bool{}
-	for _, r := range exclude {
-		dead[r] = true
+// agreeReceive handles a peer's message and returns the replies to it.
+func (c *Comm) agreeReceive(m agree.Msg) []agree.Msg {
+	a := &c.agreement
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out, o := c.machine().Receive(c.agreeNow(), m)
+	replies := c.agreeStep(out, o, m.From)
+	if replies == nil {
+		replies = []agree.Msg{}
 	}
-	if agree {
-		nextProbe := time.Now()
-		for {
-			s.mu.Lock()
-			for _, view := range s.views {
-				for _, r := range view {
-					dead[r] = true
+	return replies
+}
+
+// agreeSend sends m and feeds the replies, or the failure, back in.
+func (c *Comm) agreeSend(m agree.Msg) {
+	defer func() { recover() }() // a goroutine of ours never takes the process down
+	if agreeDropHook != nil && agreeDropHook(m) {
+		return
+	}
+	var replies []agree.Msg
+	wait := probeWait(c.agreement.m.Timeout())
+	err := bootstrap.Ask(c.peers[m.To].Addr, c.secret, time.Now().Add(wait), bootstrap.NewRequest(askAgree, m), &replies)
+	a := &c.agreement
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err != nil {
+		refused := errors.Is(err, syscall.ECONNREFUSED)
+		out, o := a.m.Unreachable(c.agreeNow(), m.To, refused)
+		c.agreeStep(out, o, -1)
+		return
+	}
+	for _, r := range replies {
+		if r.From != m.To || r.To != c.rank {
+			continue // not from the peer asked: ignore it
+		}
+		out, o := a.m.Receive(c.agreeNow(), r)
+		c.agreeStep(out, o, -1)
+	}
+}
+
+// agreeOn runs this rank's side of one agreement: agreed (exclude nil,
+// explicit false) or on the caller's exclude list. It returns the decision
+// (or the error every rank returns) within agree.Bound of the timeout.
+func (c *Comm) agreeOn(explicit bool, exclude []int) (agree.Outcome, error) {
+	a := &c.agreement
+	a.mu.Lock()
+	m := c.machine()
+	ch := make(chan agree.Outcome, 1)
+	a.outcome = ch
+	out, o := m.Start(c.agreeNow(), explicit, exclude)
+	c.agreeStep(out, o, -1)
+	tick := m.Tick()
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		a.outcome = nil
+		a.mu.Unlock()
+	}()
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case o := <-ch:
+			if agreeOutcomeHook != nil {
+				agreeOutcomeHook(c.rank, &o)
+			}
+			a.mu.Lock()
+			for _, id := range a.made {
+				if o.Err != nil || string(o.Value.ID) != string(id[:]) {
+					bootstrap.StopRoot(id) // a proposal of ours nobody will join
 				}
 			}
-			for r := range s.views { // a rank that sent a view is alive, whoever suspected it
-				delete(dead, r)
+			a.made = nil
+			a.mu.Unlock()
+			if o.Err != nil {
+				return o, o.Err
 			}
-			var missing []int
-			for r := 0; r < c.nranks; r++ {
-				if _, ok := s.views[r]; !ok && r != c.rank && !dead[r] {
-					missing = append(missing, r)
-				}
+			if o.Value.Err != "" {
+				return o, errors.New(o.Value.Err)
 			}
-			s.mu.Unlock()
-			if len(missing) == 0 {
-				break
-			}
-			if !deadline.IsZero() && time.Now().After(deadline) {
-				debuglog.Warnf(debuglog.Init, c.rank, "shrink: ranks %v answer probes but did not call shrink in time: left out", missing)
-				for _, r := range missing {
-					dead[r] = true
-				}
-				break
-			}
-			if time.Now().After(nextProbe) {
-				for _, r := range c.gone(complement(missing, c.nranks)) {
-					dead[r] = true
-				}
-				nextProbe = time.Now().Add(200 * time.Millisecond)
-			}
-			select {
-			case <-s.arrived:
-			case <-time.After(50 * time.Millisecond):
-			}
+			debuglog.Infof(debuglog.Init, c.rank, "shrink epoch %d: decided members %v", o.Epoch, o.Value.Members)
+			return o, nil
+		case <-t.C:
+			a.mu.Lock()
+			out, o := m.Step(c.agreeNow())
+			c.agreeStep(out, o, -1)
+			a.mu.Unlock()
 		}
 	}
-	delete(dead, c.rank)
-	list := make([]int, 0, len(dead))
-	for r := range dead {
-		list = append(list, r)
-	}
-	slices.Sort(list)
-	id, err := newUniqueID(c.timeout)
-	s.mu.Lock()
-	s.dead, s.exclude, s.id = list, exclude, id
-	if err != nil {
-		s.err = fmt.Sprintf("rank %d, the coordinator of this shrink, could not start the new communicator's rendezvous: %v", c.rank, err)
-	}
-	s.mu.Unlock()
-	close(s.done)
-	if err != nil {
-		return shrinkReply{}, err
-	}
-	return shrinkReply{Redirect: -1, Dead: list, ID: id}, nil
 }
 
 // complement is every rank of n not in keep.
 func complement(keep []int, n int) []int {
 	var out []int
 	for r := 0; r < n; r++ {
-		if !slices.Contains(keep, r) {
+		found := false
+		for _, k := range keep {
+			found = found || k == r
+		}
+		if !found {
 			out = append(out, r)
 		}
 	}
 	return out
-}
-
-// agreeOn returns the decision of shrink epoch's attempt: from this rank
-// when it coordinates, else from the coordinator.
-func (c *Comm) agreeOn(epoch, attempt int, agree bool, exclude []int, deadline time.Time) (shrinkReply, error) {
-	suspects := slices.Clone(exclude)
-	if agree {
-		suspects = c.gone(nil)
-	}
-	for {
-		coord := 0
-		for slices.Contains(suspects, coord) {
-			coord++
-		}
-		if coord == c.rank {
-			return c.decide(epoch, attempt, agree, suspects, deadline)
-		}
-		wait := time.Hour // no timeout: wait as long as it takes
-		if !deadline.IsZero() {
-			wait = time.Until(deadline) + probeWait(c.timeout) // the coordinator's own wait ends first
-		}
-		var reply shrinkReply
-		v := shrinkView{Epoch: epoch, Attempt: attempt, From: c.rank, Agree: agree, Exclude: suspects, WaitMs: wait.Milliseconds()}
-		err := bootstrap.Ask(c.peers[coord].Addr, c.secret, time.Now().Add(wait+time.Second),
-			bootstrap.NewRequest(askShrink, v), &reply)
-		switch {
-		case err != nil && !agree:
-			return shrinkReply{}, fmt.Errorf("rank %d, the lowest rank not excluded, coordinates the shrink but cannot be reached (%v): exclude it too", coord, err)
-		case err != nil:
-			debuglog.Warnf(debuglog.Init, c.rank, "shrink: coordinator rank %d is gone (%v): asking the next survivor", coord, err)
-			suspects = append(suspects, coord)
-			slices.Sort(suspects)
-		case reply.Redirect >= 0:
-			suspects = slices.DeleteFunc(suspects, func(r int) bool { return r == reply.Redirect })
-		case reply.Err != "":
-			return shrinkReply{}, errors.New(reply.Err)
-		default:
-			return reply, nil
-		}
-		if !deadline.IsZero() && time.Now().After(deadline) {
-			return shrinkReply{}, fmt.Errorf("rank %d: the survivors did not agree within the timeout (last coordinator tried: rank %d)", c.rank, coord)
-		}
-	}
 }

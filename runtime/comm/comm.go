@@ -85,8 +85,8 @@ type Comm struct {
 	blameMu sync.Mutex
 	verdict error // the first diagnosis of a failure, kept for its echoes
 
-	shrink shrinkState   // shrinks of this communicator (shrink.go, agree.go)
-	growID *bootstrap.ID // the id GetUniqueID made for a grow (grow.go)
+	agreement agreement     // the survivors' agreement of its shrinks (shrink.go, agree.go)
+	growID    *bootstrap.ID // the id GetUniqueID made for a grow (grow.go)
 }
 
 // processID tells ranks of one process apart from ranks of other processes.

@@ -65,31 +65,30 @@ func (c *Comm) Shrink(exclude []int, agree bool, flags ShrinkFlags, opts Options
 	if !opts.HasTimeout {
 		opts.Timeout, opts.HasTimeout = c.timeout, true
 	}
-	var deadline time.Time
-	if c.timeout > 0 {
-		deadline = time.Now().Add(2 * c.timeout) // a failed init and a second agreement fit in it
-	}
-	c.shrink.mu.Lock()
-	epoch := c.shrink.epoch
-	c.shrink.epoch++
-	c.shrink.mu.Unlock()
+	// Each agreement ends within agree.Bound of the timeout; a decision whose
+	// communicator fails to start (a member died after it) is agreed again,
+	// once more at most: a shrink returns within twice the bound.
 	for attempt := 0; ; attempt++ {
-		dec, err := c.agreeOn(epoch, attempt, agree, exclude, deadline)
+		o, err := c.agreeOn(!agree, exclude)
 		if err != nil {
 			return nil, status.Errorf(status.RemoteError, "shrink on rank %d: %w", c.rank, err)
 		}
-		survivors := complement(dec.Dead, c.nranks)
-		rank := slices.Index(survivors, c.rank)
-		sub, err := InitRank(dec.ID, len(survivors), rank, c.device, opts)
+		members := o.Value.Members
+		rank := slices.Index(members, c.rank)
+		var id bootstrap.ID
+		copy(id[:], o.Value.ID)
+		dead := complement(members, c.nranks)
+		sub, err := InitRank(id, len(members), rank, c.device, opts)
 		if err == nil {
 			debuglog.Infof(debuglog.Init, c.rank, "shrink %d: rank %d of %d is rank %d of %d, without ranks %v",
-				epoch, c.rank, c.nranks, rank, len(survivors), dec.Dead)
+				o.Epoch, c.rank, c.nranks, rank, len(members), dead)
 			return sub, nil
 		}
-		if !agree || (!deadline.IsZero() && time.Now().After(deadline)) {
-			return nil, fmt.Errorf("shrink on rank %d (without ranks %v): %w", c.rank, dec.Dead, err)
+		bootstrap.StopRoot(id) // if this rank serves it: it answered every rank there, no one else comes
+		if !agree || attempt > 0 {
+			return nil, fmt.Errorf("shrink on rank %d (without ranks %v): %w", c.rank, dead, err)
 		}
-		debuglog.Warnf(debuglog.Init, c.rank, "shrink %d: the new communicator without ranks %v failed to start (%v): agreeing again", epoch, dec.Dead, err)
+		debuglog.Warnf(debuglog.Init, c.rank, "shrink %d: the new communicator without ranks %v failed to start (%v): agreeing again", o.Epoch, dead, err)
 	}
 }
 
@@ -115,7 +114,7 @@ func (c *Comm) Revoke() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var reply shrinkReply // a peer already gone needs no telling
+			var reply listenerReply // a peer already gone needs no telling
 			bootstrap.Ask(c.peers[p].Addr, c.secret, time.Now().Add(wait), bootstrap.NewRequest(askRevoke, c.rank), &reply)
 		}()
 	}

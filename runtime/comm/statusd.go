@@ -124,7 +124,7 @@ func listenStatus(mode string) error {
 	if err != nil {
 		return err
 	}
-	go bootstrap.Serve(ln, -1, key, serveStatus)
+	go bootstrap.ServeUnsealed(ln, -1, key, serveStatus)
 	if addr, ok := strings.CutPrefix(mode, "tcp:"); ok {
 		token := strings.TrimSpace(config.String("STATUS_TOKEN"))
 		if token == "" {
@@ -134,7 +134,7 @@ func listenStatus(mode string) error {
 		if err != nil {
 			return fmt.Errorf("GOCL_STATUS=%s: %v", mode, err)
 		}
-		go bootstrap.Serve(tl, -1, []byte(token), serveStatus)
+		go bootstrap.ServeUnsealed(tl, -1, []byte(token), serveStatus)
 	} else if mode != "" && mode != "1" && !strings.EqualFold(mode, "on") {
 		return fmt.Errorf("GOCL_STATUS=%q: give 1 (a Unix socket, the default), tcp:HOST:PORT (also TCP), or 0 (off)", mode)
 	}
