@@ -99,24 +99,24 @@ func acceptPeers(self int, ln net.Listener, secret []byte, conns [][]net.Conn, e
 	}()
 	go func() { // ends when ln is closed or its deadline passes
 		defer close(acceptorGone)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				select {
-				case failed <- err:
-				default:
-				}
+		g := newGate(2 * expect) // the job's own sockets all fit in it
+		err := AcceptLoop(ln, false, func(c net.Conn) {
+			if !g.enter() {
+				c.Close() // too many strangers at once
 				return
 			}
-			go func() {
-				peer, idx, err := greet(c, secret, deadline, done)
-				select {
-				case results <- greeted{c, peer, idx, err}:
-				case <-done:
-					debuglog.Warnf(debuglog.Bootstrap, self, "dropped connection from %s: not authenticated when the mesh was complete", c.RemoteAddr())
-					c.Close()
-				}
-			}()
+			peer, idx, err := greet(c, secret, deadline, done)
+			g.leave()
+			select {
+			case results <- greeted{c, peer, idx, err}:
+			case <-done:
+				debuglog.Warnf(debuglog.Bootstrap, self, "dropped connection from %s: not authenticated when the mesh was complete", c.RemoteAddr())
+				c.Close()
+			}
+		})
+		select {
+		case failed <- err:
+		default:
 		}
 	}()
 	for got := 0; got < expect; {

@@ -2,7 +2,6 @@ package bootstrap
 
 import (
 	"encoding/json"
-	"errors"
 	"net"
 	"time"
 
@@ -53,45 +52,41 @@ func serve(ln net.Listener, self int, secret []byte, handle func(Request) any, s
 	if d, ok := ln.(interface{ SetDeadline(time.Time) error }); ok {
 		d.SetDeadline(time.Time{}) // the mesh's accept deadline
 	}
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return // closed
+	g := newGate(0)
+	AcceptLoop(ln, true, func(c net.Conn) {
+		defer func() { recover() }()
+		defer c.Close()
+		if !g.enter() {
+			return // too many strangers at once
 		}
-		go func() {
-			defer func() { recover() }()
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(authTimeout))
-			key, err := authAcceptKey(c, secret)
-			if err != nil {
-				debuglog.Warnf(debuglog.Bootstrap, self, "dropped connection from %s: %v", c.RemoteAddr(), err)
-				return
+		c.SetDeadline(time.Now().Add(authTimeout))
+		key, err := authAcceptKey(c, secret)
+		if err != nil {
+			g.leave()
+			debuglog.Warnf(debuglog.Bootstrap, self, "dropped connection from %s: %v", c.RemoteAddr(), err)
+			return
+		}
+		var req Request
+		var s *sealed
+		if sealing {
+			if s, err = newSealed(key, false); err == nil {
+				err = s.read(c, &req)
 			}
-			var req Request
-			if !sealing {
-				if err := readMsg(c, &req); err != nil {
-					return
-				}
-				c.SetDeadline(time.Time{})
-				writeMsg(c, handle(req))
-				return
-			}
-			s, err := newSealed(key, false)
-			if err != nil {
-				return
-			}
-			if err := s.read(c, &req); err != nil {
-				debuglog.Warnf(debuglog.Bootstrap, self, "dropped connection from %s: %v", c.RemoteAddr(), err)
-				return
-			}
-			c.SetDeadline(time.Time{}) // an authenticated peer; handle bounds its own wait
+		} else {
+			err = readMsg(c, &req)
+		}
+		g.leave()
+		if err != nil {
+			debuglog.Warnf(debuglog.Bootstrap, self, "dropped connection from %s: %v", c.RemoteAddr(), err)
+			return
+		}
+		c.SetDeadline(time.Time{}) // an authenticated peer; handle bounds its own wait
+		if sealing {
 			s.write(c, handle(req))
-		}()
-	}
+		} else {
+			writeMsg(c, handle(req))
+		}
+	})
 }
 
 // Ask sends req to the rank serving at addr and reads its answer into

@@ -186,38 +186,36 @@ func watchJoined(a arrival, gone chan<- arrival, done <-chan struct{}) {
 
 // acceptRanks authenticates connections and reads each rank's PeerInfo.
 func acceptRanks(ln *net.TCPListener, secret []byte, out chan<- arrival, done <-chan struct{}) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return // listener closed
+	g := newGate(0)
+	AcceptLoop(ln, false, func(c net.Conn) {
+		if !g.enter() {
+			c.Close() // too many strangers at once
+			return
 		}
-		go func() {
-			c.SetDeadline(time.Now().Add(authTimeout))
-			// A stranger still here when the rendezvous ends is cut off then,
-			// not at authTimeout.
-			defer cutOffWhen(c, done)()
-			if err := authAccept(c, secret); err != nil {
-				debuglog.Warnf(debuglog.Bootstrap, -1, "bootstrap root: dropped connection from %s: %v", c.RemoteAddr(), err)
-				c.Close()
-				return
-			}
-			var info PeerInfo
-			if err := readMsg(c, &info); err != nil {
-				c.Close()
-				return
-			}
-			c.SetDeadline(time.Time{})
-			select {
-			case out <- arrival{c, info}:
-			case <-done:
-				c.Close()
-			}
-		}()
-	}
+		c.SetDeadline(time.Now().Add(authTimeout))
+		// A stranger still here when the rendezvous ends is cut off then,
+		// not at authTimeout.
+		stop := cutOffWhen(c, done)
+		err := authAccept(c, secret)
+		var info PeerInfo
+		if err == nil {
+			err = readMsg(c, &info)
+		}
+		stop()
+		g.leave()
+		if err != nil {
+			debuglog.Warnf(debuglog.Bootstrap, -1, "bootstrap root: dropped connection from %s: %v", c.RemoteAddr(), err)
+			c.Close()
+			return
+		}
+		c.SetDeadline(time.Time{})
+		select {
+		case out <- arrival{c, info}:
+		case <-done:
+			c.Close()
+		}
+	})
 }
-
-// authTimeout bounds a handshake so a silent stranger cannot hold a slot.
-const authTimeout = 10 * time.Second
 
 // cutOffWhen is the stranger watchdog of a connection still handshaking: when
 // done closes, c's deadline becomes now, which unblocks its reads and writes.

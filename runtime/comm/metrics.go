@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"gocl/runtime/bootstrap"
 	"gocl/runtime/config"
 	"gocl/runtime/debuglog"
 	"gocl/runtime/transport"
@@ -518,17 +519,8 @@ func (p *promComm) count(batch []metricRec) {
 // of using net/http, which with crypto/tls would add 5 MB to libgocl.so
 // and its package initialisation to every program that loads it.
 func acceptMetrics(ln net.Listener) {
-	defer func() { recover() }() // a goroutine of ours never takes the process down
-	for {
-		conn, err := ln.Accept()
-		if err != nil {
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				continue
-			}
-			return
-		}
-		go serveMetricsConn(conn)
-	}
+	defer func() { recover() }()                     // a goroutine of ours never takes the process down
+	bootstrap.AcceptLoop(ln, true, serveMetricsConn) // temporary errors (a flood past the fd limit) back off
 }
 
 // serveMetricsConn reads one request (bounded in size and time) and answers it.
