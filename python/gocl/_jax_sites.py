@@ -303,8 +303,15 @@ def install(name_site=None) -> None:
     """Re-number gocl calls in every module JAX compiles from now on (jit,
     pmap, ``.lower().compile()``, the persistent cache: all go through
     ``jax._src.compiler.compile_or_get_cached``)."""
-    from jax._src import compiler
-    current = compiler.compile_or_get_cached
+    try:
+        from jax._src import compiler
+        current = compiler.compile_or_get_cached
+    except (ImportError, AttributeError) as e:
+        import jax
+        raise ImportError(
+            f"gocl.jax needs JAX's compile step (jax._src.compiler.compile_or_get_cached) to give every collective "
+            f"a call site of its own, and jax {jax.__version__} has none ({e}): use a jax this gocl was tested with "
+            "(0.5 to 0.12), or report it") from e
     if getattr(current, "_gocl_sites", False):
         return
 
