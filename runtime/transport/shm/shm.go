@@ -363,6 +363,9 @@ func (l *link) await(k transport.WaitKind, ready func() bool, fw, sleep *uint32,
 	defer l.stats.EndWait()
 	for {
 		if err := l.failure(); err != nil {
+			if !l.closed.Load() && ready() {
+				return nil // the peer's last frame came before it left (a final barrier): take it
+			}
 			return err
 		}
 		d := time.Second // the control channel wakes us on death; this is a backstop
