@@ -3,9 +3,12 @@
 Every process with a communicator serves a status endpoint (GOCL_STATUS,
 runtime/comm/statusd.go): a Unix socket ``DIR/PID.sock`` in this user's
 status directory, guarded by the handshake gocl's communicators use,
-keyed by ``DIR/PID.key``. A process that is rank 0 of a communicator asks
-its other ranks (on any host) for their views, so asking the processes of
-one host reaches every rank of the jobs rooted there.
+keyed by ``DIR/PID.key``; a directory that is not this user's alone (a
+symlink, another owner, open to others) is refused (:func:`check_dir`),
+as is a TCP token weaker than 128 bits (:func:`check_token`). A process
+that is rank 0 of a communicator asks its other ranks (on any host) for
+their views, so asking the processes of one host reaches every rank of
+the jobs rooted there.
 
 :func:`collect` gathers the views; :func:`jobs` lines them up per
 communicator and finds who everyone waits on; :func:`render` writes the
@@ -20,6 +23,7 @@ import json
 import os
 import secrets
 import socket
+import stat
 import struct
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +40,48 @@ def status_dir() -> Path:
     if os.environ.get("XDG_RUNTIME_DIR"):
         return Path(os.environ["XDG_RUNTIME_DIR"]) / "gocl"
     return Path(os.environ.get("TMPDIR") or "/tmp") / f"gocl-{os.getuid()}"
+
+
+class StatusDirError(PermissionError):
+    """The status directory is not this user's alone: its keys are not to be trusted or read."""
+
+
+def check_dir(d: Path) -> None:
+    """Refuse a status directory another user could have planted or may
+    enter, as the runtime does (statusd.go's openStatusDir): it must be a
+    real directory (not a symlink), owned by this user, mode 0700."""
+    try:
+        st = os.lstat(d)
+    except FileNotFoundError:
+        return  # no process made it yet: nothing to read
+    fix = "remove it, or set GOCL_STATUS_DIR to a directory only you can read"
+    if stat.S_ISLNK(st.st_mode):
+        raise StatusDirError(f"status directory {d} refused: it is a symlink (another user may have "
+                             f"planted it to answer for your jobs): {fix}")
+    if not stat.S_ISDIR(st.st_mode):
+        raise StatusDirError(f"status directory {d} refused: it is not a directory: {fix}")
+    if st.st_uid != os.getuid():
+        raise StatusDirError(f"status directory {d} refused: it is owned by uid {st.st_uid}, not by you "
+                             f"(uid {os.getuid()}): {fix}")
+    if st.st_mode & 0o077:
+        raise StatusDirError(f"status directory {d} refused: it has mode {stat.S_IMODE(st.st_mode):04o}, so others "
+                             f"may enter it: chmod 700 {d}, {fix}")
+
+
+# A TCP status token must carry 128 bits (one seen handshake lets a weak one
+# be guessed offline); the rule, as the runtime's checkStatusToken: 32
+# characters, 10 of them different.
+MIN_TOKEN_LEN, MIN_TOKEN_DISTINCT = 32, 10
+GOOD_TOKEN = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+
+
+def check_token(token: str) -> str | None:
+    """Why token is too weak for a TCP status endpoint, or None."""
+    if len(token) < MIN_TOKEN_LEN or len(set(token)) < MIN_TOKEN_DISTINCT:
+        return (f"GOCL_STATUS_TOKEN is too weak ({len(token)} characters, {len(set(token))} different; it needs at "
+                f"least {MIN_TOKEN_LEN}, {MIN_TOKEN_DISTINCT} different, as 128 random bits give): one seen handshake "
+                f"lets it be guessed offline; {GOOD_TOKEN} makes a good one (give the job the same)")
+    return None
 
 
 def _mac(key: bytes, role: bytes, a: bytes, b: bytes) -> bytes:
@@ -87,8 +133,10 @@ class Endpoint:
 
 
 def endpoints(directory: Path | None = None) -> list[Endpoint]:
-    """The live processes' endpoints in the status directory."""
+    """The live processes' endpoints in the status directory;
+    StatusDirError where the directory is not this user's alone."""
     d = directory or status_dir()
+    check_dir(d)
     out = []
     for sock in sorted(d.glob("*.sock")) if d.is_dir() else []:
         try:
@@ -125,6 +173,9 @@ def collect(directory: Path | None = None, connect: tuple[str, int] | None = Non
         tok = token if token is not None else os.environ.get("GOCL_STATUS_TOKEN", "")
         if not tok:
             return [], ["--connect needs the endpoint's secret: set GOCL_STATUS_TOKEN as the job did"]
+        if (weak := check_token(tok.strip())) is not None:
+            return [], [weak]
+        tok = tok.strip()  # as the runtime reads it
         try:
             replies.append(ask(connect, tok.encode()))
         except (OSError, RuntimeError, PermissionError, ValueError) as e:
@@ -143,7 +194,10 @@ def collect(directory: Path | None = None, connect: tuple[str, int] | None = Non
             return None, f"pid {ep.pid}: {e}"
 
     if eps is None:
-        eps = endpoints(directory)
+        try:
+            eps = endpoints(directory)
+        except StatusDirError as e:
+            return [], [str(e)]
     if eps:  # all at once: a stopped process costs ASK_WAIT once, not per process
         with ThreadPoolExecutor(max_workers=min(32, len(eps))) as pool:
             for rep, problem in pool.map(one, eps):

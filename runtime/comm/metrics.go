@@ -456,9 +456,7 @@ func startMetricsEndpoint() bool {
 		if addr == "" || addr == "0" {
 			return
 		}
-		if !strings.Contains(addr, ":") {
-			addr = ":" + addr
-		}
+		addr = metricsAddr(addr)
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			debuglog.Warnf(debuglog.Init, -1, "metrics endpoint off: %v (GOCL_METRICS_PORT=%s)", err, addr)
@@ -470,6 +468,17 @@ func startMetricsEndpoint() bool {
 		debuglog.Infof(debuglog.Init, -1, "metrics endpoint on http://%s/metrics", ln.Addr())
 	})
 	return promState.on
+}
+
+// metricsAddr is where GOCL_METRICS_PORT=v listens: a bare port on
+// loopback only (the counters name the job's communicators and hosts, no
+// business of the network's); HOST:PORT as given, so 0.0.0.0:PORT opens it
+// to every interface on purpose.
+func metricsAddr(v string) string {
+	if !strings.Contains(v, ":") {
+		return net.JoinHostPort("127.0.0.1", v)
+	}
+	return v
 }
 
 func promRegister(comm string, rank, nranks int) *promComm {

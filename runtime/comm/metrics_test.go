@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -300,5 +301,57 @@ func TestMetricsPrometheus(t *testing.T) {
 			t.Fatalf("no %q in:\n%s", want, text)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A bare GOCL_METRICS_PORT serves on loopback only: the endpoint answers on
+// 127.0.0.1 and refuses on the host's other addresses. HOST:PORT binds as
+// given (0.0.0.0:PORT opens it on purpose).
+func TestMetricsBarePortIsLoopbackOnly(t *testing.T) {
+	for v, want := range map[string]string{"9400": "127.0.0.1:9400", "0.0.0.0:9400": "0.0.0.0:9400", "10.1.2.3:9400": "10.1.2.3:9400"} {
+		if got := metricsAddr(v); got != want {
+			t.Errorf("GOCL_METRICS_PORT=%s listens on %s, want %s", v, got, want)
+		}
+	}
+	var outside net.IP // a non-loopback address of this host
+	ifs, _ := net.Interfaces()
+	for _, ifc := range ifs {
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && ifc.Flags&net.FlagUp != 0 {
+				outside = n.IP
+			}
+		}
+	}
+	if outside == nil {
+		t.Skip("this host has no non-loopback IPv4 address to try")
+	}
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := free.Addr().(*net.TCPAddr).Port
+	free.Close()
+	promState.once = sync.Once{}
+	setEnv(t, "GOCL_METRICS_PORT", fmt.Sprint(port))
+	t.Cleanup(func() {
+		promState.mu.Lock()
+		if promState.ln != nil {
+			promState.ln.Close()
+		}
+		promState.once, promState.on = sync.Once{}, false
+		promState.mu.Unlock()
+	})
+	if !startMetricsEndpoint() {
+		t.Fatalf("GOCL_METRICS_PORT=%d: endpoint off", port)
+	}
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+	if err != nil {
+		t.Fatalf("the endpoint does not answer on loopback: %v", err)
+	}
+	resp.Body.Close()
+	if c, err := net.DialTimeout("tcp", net.JoinHostPort(outside.String(), fmt.Sprint(port)), 2*time.Second); err == nil {
+		c.Close()
+		t.Errorf("GOCL_METRICS_PORT=%d answers on %s, not only on loopback", port, outside)
 	}
 }

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -156,18 +157,36 @@ def test_tcp_endpoint_needs_the_token(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    job = Job(tmp_path, 2, GOCL_STATUS=f"tcp:127.0.0.1:{port}", GOCL_STATUS_TOKEN="s3cret")
+    token = secrets.token_urlsafe(32)
+    job = Job(tmp_path, 2, GOCL_STATUS=f"tcp:127.0.0.1:{port}", GOCL_STATUS_TOKEN=token)
     try:
         r = subprocess.run([str(BIN / "gocl"), "status", "--json", "--connect", f"127.0.0.1:{port}"],
-                           env={**job.env, "GOCL_STATUS_TOKEN": "s3cret"}, capture_output=True, text=True, timeout=60)
+                           env={**job.env, "GOCL_STATUS_TOKEN": token}, capture_output=True, text=True, timeout=60)
         doc = json.loads(r.stdout)
         assert len(doc["communicators"]) == 1 and doc["communicators"][0]["size"] == 2, doc
         wrong = subprocess.run([str(BIN / "gocl"), "status", "--connect", f"127.0.0.1:{port}"],
-                               env={**job.env, "GOCL_STATUS_TOKEN": "guess"}, capture_output=True, text=True,
-                               timeout=60)
+                               env={**job.env, "GOCL_STATUS_TOKEN": secrets.token_urlsafe(32)}, capture_output=True,
+                               text=True, timeout=60)
         assert "authentication" in wrong.stdout or "closed" in wrong.stdout, wrong.stdout + wrong.stderr
     finally:
         job.finish()
+
+
+def test_tcp_endpoint_refuses_a_weak_token(tmp_path):
+    """A token an observer of one handshake could guess offline: the job
+    opens no TCP endpoint and says why (the Unix socket is off too: nothing
+    half-configured), and the client refuses it before connecting."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    job = Job(tmp_path, 2, GOCL_STATUS=f"tcp:127.0.0.1:{port}", GOCL_STATUS_TOKEN="s3cret", GOCL_DEBUG="WARN")
+    try:
+        with socket.socket() as s, pytest.raises(ConnectionRefusedError):
+            s.connect(("127.0.0.1", port))
+    finally:
+        job.finish()
+    out = job.output()
+    assert "GOCL_STATUS_TOKEN is too weak" in out and "secrets.token_urlsafe(32)" in out, out
 
 
 def test_status_off(tmp_path):
