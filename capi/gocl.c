@@ -83,6 +83,16 @@ const char* goclGetLastError(goclComm_t comm) {
 }
 
 goclResult_t goclGetUniqueId(goclUniqueId* id) { GUARD(); return (goclResult_t)goclgoGetUniqueId((char*)id); }
+goclResult_t goclGetUniqueIdAt(goclUniqueId* id, const char* host) {
+  GUARD();
+  return (goclResult_t)goclgoGetUniqueIdAt((char*)id, (char*)host);
+}
+goclResult_t goclExchangeUniqueId(goclUniqueId* id, const char* host, int port, int rank, int nRanks, int round,
+                                  const char* secret, double timeoutSeconds) {
+  GUARD();
+  return (goclResult_t)goclgoExchangeUniqueId((char*)id, (char*)host, port, rank, nRanks, round, (char*)secret,
+                                              timeoutSeconds);
+}
 
 goclResult_t goclCommInitRank(goclComm_t* comm, int nranks, goclUniqueId id, int rank) {
   GUARD();

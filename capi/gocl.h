@@ -132,6 +132,28 @@ const char* goclGetLastError(goclComm_t comm);
  * or GOCL_TIMEOUT passes. */
 goclResult_t goclGetUniqueId(goclUniqueId* uniqueId);
 
+/* goclGetUniqueId with the rendezvous service on the interface that holds
+ * host's address (a name or an IP; NULL: as goclGetUniqueId), when host is
+ * an address of this machine and GOCL_SOCKET_IFNAME is unset. A loopback
+ * host (127.0.0.1, localhost) makes a single-host job: its ranks then
+ * listen on loopback only, out of other hosts' reach. */
+goclResult_t goclGetUniqueIdAt(goclUniqueId* uniqueId, const char* host);
+
+/* The unique id of a launcher's world, exchanged through rank 0 at
+ * host:port (MASTER_ADDR:MASTER_PORT), as gocl.Communicator.from_env does:
+ * rank 0 makes it (as goclGetUniqueIdAt(host)) and serves it until each of
+ * ranks 1..nRanks-1 has acknowledged it; the others fetch it. Every
+ * connection proves the rendezvous secret both ways and the id travels
+ * encrypted, so a process without the secret neither gets the id nor
+ * passes for rank 0. secret: the launcher's rendezvous secret, at least 24
+ * characters (`gocl run` sets GOCL_RENDEZVOUS_SECRET); NULL: that variable;
+ * "": none, so any process that reaches host:port can fetch the id. round:
+ * the same positive number on every rank for one exchange (1, 2, ... for a
+ * program's successive exchanges). timeoutSeconds: how long to wait for the
+ * other ranks; 0: no limit; negative: GOCL_TIMEOUT. */
+goclResult_t goclExchangeUniqueId(goclUniqueId* uniqueId, const char* host, int port, int rank, int nRanks,
+                                  int round, const char* secret, double timeoutSeconds);
+
 /* Joins rank `rank` of `nranks` to the communicator named by commId. Blocks
  * until every rank has joined (or GOCL_TIMEOUT passes), so each rank needs its
  * own thread or process. */

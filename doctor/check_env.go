@@ -44,7 +44,7 @@ func (j *judge) checkEnv() outcome {
 		// Only likely typos are reported: other GOCL_ names may belong to
 		// tools this doctor does not know.
 		if s := closest(k, table); s != "" {
-			o.add("gocl-env-typo", map[string]any{"Name": k, "Suggestion": s, "Value": env[k]})
+			o.add("gocl-env-typo", map[string]any{"Name": k, "Suggestion": s, "Value": config.Shown(k, env[k])})
 		}
 	}
 	p2pOff := truthy(env["NCCL_P2P_DISABLE"])

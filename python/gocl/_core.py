@@ -40,10 +40,25 @@ def version() -> int:
     return v.value
 
 
-def unique_id() -> bytes:
-    """A new 128-byte id; starts the rendezvous service in this process."""
+def unique_id(host: str | None = None) -> bytes:
+    """A new 128-byte id; starts the rendezvous service in this process, on
+    host's interface when host (MASTER_ADDR) is an address of this machine
+    (loopback: the job stays on loopback)."""
     uid = _lib.UniqueId()
-    check(_lib.lib().goclGetUniqueId(ctypes.byref(uid)))
+    if host:
+        check(_lib.lib().goclGetUniqueIdAt(ctypes.byref(uid), host.encode()))
+    else:
+        check(_lib.lib().goclGetUniqueId(ctypes.byref(uid)))
+    return uid.to_bytes()
+
+
+def exchange_unique_id(host: str, port: int, rank: int, nranks: int, round_: int, secret: str,
+                       timeout: float) -> bytes:
+    """goclExchangeUniqueId: the id of a launcher's world through rank 0 at
+    host:port, proving secret ("" : none); timeout in seconds, 0: none."""
+    uid = _lib.UniqueId()
+    check(_lib.lib().goclExchangeUniqueId(ctypes.byref(uid), host.encode(), port, rank, nranks, round_,
+                                          secret.encode(), float(timeout)))
     return uid.to_bytes()
 
 

@@ -71,6 +71,9 @@ def config(timeout: float | None = None) -> Config:
 _SIGNATURES = {
     "goclGetVersion": [ctypes.POINTER(c_int)],
     "goclGetUniqueId": [ctypes.POINTER(UniqueId)],
+    "goclGetUniqueIdAt": [ctypes.POINTER(UniqueId), ctypes.c_char_p],
+    "goclExchangeUniqueId": [ctypes.POINTER(UniqueId), ctypes.c_char_p, c_int, c_int, c_int, c_int, ctypes.c_char_p,
+                             ctypes.c_double],
     "goclCommInitRank": [ctypes.POINTER(c_void_p), c_int, UniqueId, c_int],
     "goclCommInitRankConfig": [ctypes.POINTER(c_void_p), c_int, UniqueId, c_int, ctypes.POINTER(Config)],
     "goclCommInitAll": [ctypes.POINTER(c_void_p), c_int, ctypes.POINTER(c_int)],

@@ -12,24 +12,23 @@ wait for it, every wait is bounded and fails naming what it waited for.
   ``destroy_process_group``, and torch's group names restart after it), so
   each rank counts its joins of the scope in ``gocl/unique_id/<scope>/joins``
   and every incarnation of the communicator gets its own round.
-- **TCP on MASTER_ADDR:MASTER_PORT** (:func:`serve` / :func:`fetch`):
+- **TCP on MASTER_ADDR:MASTER_PORT** (:func:`exchange`, the library's
+  goclExchangeUniqueId, which tests/c/launch.c calls too):
   ``Communicator.from_env`` and ``gocl.jax.init`` elsewhere. Rank 0 listens
-  and hands the id to each rank that asks with the right magic, world size
-  and generation (the count of from_env calls in the process, the same on
-  every rank: a rank never takes an id meant for another round), until every
-  rank has it. tests/c/launch.c speaks the same protocol.
+  on MASTER_ADDR's interface and hands the id to each rank that proves the
+  launcher's rendezvous secret (GOCL_RENDEZVOUS_SECRET) and asks with the
+  right world size and generation (the count of from_env calls in the
+  process, the same on every rank: a rank never takes an id meant for
+  another round), until every rank has acknowledged it.
 """
 
 from __future__ import annotations
 
 import datetime
-import errno
 import math
 import os
-import socket
-import struct
+import sys
 import threading
-import time
 
 from . import _core, _lib
 from . import world as world_mod
@@ -79,7 +78,7 @@ def store_exchange(store, rank: int, size: int, scope: str, timeout, who: str, l
     joins = store.add(store_key(scope, "joins"), 1)
     key = store_key(scope, (joins - 1) // size)
     if rank == 0:
-        uid = _core.unique_id()
+        uid = _core.unique_id(os.environ.get("MASTER_ADDR"))  # a job on loopback stays there
         store.set(key, uid)
         return uid
     limit = seconds(timeout)
@@ -99,12 +98,11 @@ def store_exchange(store, rank: int, size: int, scope: str, timeout, who: str, l
 
 # ------------------------------------------------------------ the TCP carrier
 
-MAGIC = b"GOCLUID1"
-HELLO = struct.Struct("!8siii")  # magic, rank, world size, generation
-OK, RETRY, FATAL = 0, 1, 2
+SECRET_VAR = "GOCL_RENDEZVOUS_SECRET"
 
 _generation_lock = threading.Lock()
 _generation = 0
+_warned = False
 
 
 def next_generation() -> int:
@@ -116,87 +114,24 @@ def next_generation() -> int:
         return _generation
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError(f"connection closed after {len(buf)} of {n} bytes")
-        buf += chunk
-    return buf
+def _warn_open(addr: str, port: int) -> None:
+    """The one line a job without a rendezvous secret gets (once)."""
+    global _warned
+    if _warned:
+        return
+    _warned = True
+    print(f"gocl: {SECRET_VAR} is not set: any process that reaches {addr}:{port} (MASTER_ADDR:MASTER_PORT) can "
+          "fetch this job's unique id and join or revoke it; start the ranks with `gocl run`, or export the same "
+          "random secret on every rank (README: Threat model)", file=sys.stderr, flush=True)
 
 
-def listen(port: int) -> socket.socket:
-    """Rank 0's listening socket on every address (IPv6 and IPv4 where the
-    host has both)."""
-    if socket.has_dualstack_ipv6():
-        try:
-            return socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                raise
-    return socket.create_server(("", port))
-
-
-def serve(srv: socket.socket, uid: bytes, world: int, gen: int, deadline: float, where: str) -> None:
-    """Rank 0: hand uid to ranks 1..world-1; returns when each has it."""
-    missing = set(range(1, world))
-    while missing:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise GoclTimeoutError(
-                f"Communicator.from_env on rank 0: timed out waiting for rank(s) {sorted(missing)} to fetch the "
-                f"unique id from {where} (MASTER_ADDR:MASTER_PORT); did every rank start, with WORLD_SIZE={world}?")
-        srv.settimeout(min(left, 1.0))
-        try:
-            conn, _ = srv.accept()
-        except socket.timeout:
-            continue
-        with conn:
-            try:
-                conn.settimeout(max(0.1, min(5.0, deadline - time.monotonic())))
-                magic, rank, their_world, their_gen = HELLO.unpack(_recv_exact(conn, HELLO.size))
-                if magic != MAGIC:
-                    continue  # a stranger: not a gocl rank
-                if their_world != world:
-                    msg = (f"rank {rank} has WORLD_SIZE={their_world} but rank 0 has WORLD_SIZE={world}").encode()
-                    conn.sendall(bytes([FATAL]) + struct.pack("!H", len(msg)) + msg)
-                    continue
-                if their_gen != gen:
-                    conn.sendall(bytes([RETRY]))
-                    continue
-                conn.sendall(bytes([OK]) + uid)
-                missing.discard(rank)
-            except (OSError, struct.error):
-                continue
-
-
-def fetch(addr: str, port: int, rank: int, world: int, gen: int, deadline: float, timeout: float) -> bytes:
-    """Ranks > 0: ask rank 0 for the id until it answers or the deadline."""
-    last: Exception | str = "no answer"
-    pause = 0.02
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise GoclTimeoutError(
-                f"Communicator.from_env on rank {rank}: timed out after {timeout:g} s waiting for rank 0 to serve "
-                f"the unique id at {addr}:{port} (MASTER_ADDR:MASTER_PORT); last error: {last}. Is rank 0 running, "
-                "with the same MASTER_ADDR and MASTER_PORT?")
-        try:
-            with socket.create_connection((addr, port), timeout=max(0.1, min(left, 5.0))) as s:
-                s.sendall(HELLO.pack(MAGIC, rank, world, gen))
-                status = _recv_exact(s, 1)[0]
-                if status == OK:
-                    return _recv_exact(s, _lib.UNIQUE_ID_BYTES)
-                if status == FATAL:
-                    (n,) = struct.unpack("!H", _recv_exact(s, 2))
-                    raise InvalidArgumentError(
-                        f"Communicator.from_env on rank {rank}: {_recv_exact(s, n).decode('utf-8', 'replace')}")
-                last = "rank 0 is serving another from_env round"
-        except OSError as e:  # refused (not listening yet), reset, timeout
-            last = e
-        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-        pause = min(pause * 1.5, 0.5)
+def exchange(addr: str, port: int, rank: int, world: int, gen: int, limit: float, secret: str) -> bytes:
+    """The id through rank 0 at addr:port (the library's goclExchangeUniqueId:
+    both sides prove the secret, the id travels encrypted; rank 0 listens on
+    MASTER_ADDR's interface and serves until every rank has acknowledged)."""
+    if not secret:
+        _warn_open(addr, port)
+    return _core.exchange_unique_id(addr, port, rank, world, gen, secret, 0.0 if math.isinf(limit) else limit)
 
 
 # ------------------------------------------------------------ the environment
@@ -216,7 +151,7 @@ def from_env(timeout=None) -> tuple[bytes, int, int]:
     limit = seconds(timeout)
     gen = next_generation()
     if world == 1:
-        return _core.unique_id(), 0, 1
+        return _core.unique_id(w.addr), 0, 1
     addr = w.addr
     if not addr:
         raise InvalidArgumentError(
@@ -232,17 +167,4 @@ def from_env(timeout=None) -> tuple[bytes, int, int]:
         uid = store_exchange(store, rank, world, scope, limit, f"Communicator.from_env on rank {rank}",
                              f"rank 0 (torchrun's store at {addr}:{port})")
         return uid, rank, world
-    deadline = time.monotonic() + limit
-    if rank > 0:
-        return fetch(addr, port, rank, world, gen, deadline, limit), rank, world
-    try:
-        srv = listen(port)
-    except OSError as e:
-        hint = (" (is torch.distributed's store on it? set GOCL_MASTER_PORT to another free port)"
-                if e.errno == errno.EADDRINUSE else "")
-        raise InvalidUsageError(
-            f"Communicator.from_env on rank 0: cannot listen on MASTER_PORT {port}: {e}{hint}") from e
-    with srv:
-        uid = _core.unique_id()
-        serve(srv, uid, world, gen, deadline, f"{addr}:{port}")
-    return uid, 0, world
+    return exchange(addr, port, rank, world, gen, limit, os.environ.get(SECRET_VAR, "")), rank, world

@@ -20,6 +20,7 @@ This module does not load libgocl.so: the ranks do.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -29,7 +30,7 @@ from typing import BinaryIO, Sequence
 
 from ._supervise import describe_exit, kill_running, signal_group, stop, watch
 
-__all__ = ["free_port", "rank_env", "launch"]
+__all__ = ["free_port", "new_secret", "rank_env", "launch"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -39,11 +40,24 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+SECRET_VAR = "GOCL_RENDEZVOUS_SECRET"
+
+
+def new_secret() -> str:
+    """A rendezvous secret: 256 random bits as 43 URL-safe characters."""
+    return secrets.token_urlsafe(32)
+
+
 def rank_env(rank: int, world_size: int, master_addr: str, master_port: int,
-             base: dict[str, str] | None = None, *, nnodes: int = 1, node_rank: int = 0) -> dict[str, str]:
+             base: dict[str, str] | None = None, *, nnodes: int = 1, node_rank: int = 0,
+             secret: str | None = None) -> dict[str, str]:
     """The environment of local rank `rank` of `world_size` on node
-    `node_rank` of `nnodes`, as torchrun sets it (same ranks per node)."""
+    `node_rank` of `nnodes`, as torchrun sets it (same ranks per node), plus
+    the launch's rendezvous secret when given (from_env's id exchange proves
+    it: a process without it cannot fetch the job's unique id)."""
     env = dict(os.environ if base is None else base)
+    if secret is not None:
+        env[SECRET_VAR] = secret
     grank, gworld = node_rank * world_size + rank, nnodes * world_size
     env.update({
         "RANK": str(grank),
@@ -123,6 +137,9 @@ def launch(cmd: Sequence[str], nprocs: int, *, master_addr: str = "127.0.0.1", m
         port = master_port or free_port()
     base = node_rank * nprocs  # global rank of this node's first rank
     lock = threading.Lock()
+    # One node: a fresh secret for this launch. Several: every node's
+    # launcher must pass the same one, so it comes from the environment.
+    secret = os.environ.get(SECRET_VAR) or (new_secret() if nnodes == 1 else None)
 
     def say(text: str) -> None:
         with lock:
@@ -132,6 +149,9 @@ def launch(cmd: Sequence[str], nprocs: int, *, master_addr: str = "127.0.0.1", m
             except (BrokenPipeError, ValueError):
                 pass
 
+    if secret is None:
+        say(f"{SECRET_VAR} is not set: any process that reaches {master_addr}:{port} can fetch this job's unique id; "
+            f"export the same random secret on every node (python -c 'import secrets; print(secrets.token_urlsafe(32))')")
     procs: list[subprocess.Popen] = []
     pumps: list[_Output] = []
     state = {"signal": 0, "count": 0}
@@ -150,7 +170,7 @@ def launch(cmd: Sequence[str], nprocs: int, *, master_addr: str = "127.0.0.1", m
     try:
         for r in range(nprocs):
             try:
-                env = rank_env(r, nprocs, master_addr, port, nnodes=nnodes, node_rank=node_rank)
+                env = rank_env(r, nprocs, master_addr, port, nnodes=nnodes, node_rank=node_rank, secret=secret)
                 p = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
             except OSError as e:

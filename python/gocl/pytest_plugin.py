@@ -60,7 +60,7 @@ import pytest
 
 from ._pytest_runner import SKIP_CODE
 from ._supervise import describe_exit, kill_running, stop, watch
-from .launcher import free_port, rank_env
+from .launcher import free_port, new_secret, rank_env
 
 DEFAULT_TIMEOUT = 120.0
 # How long the other ranks may run on after one failed, to report their own failures.
@@ -80,7 +80,7 @@ DEFAULT_PRELOAD = "numpy torch torch.distributed pytest"
 # every environment that is equal but for these (the ranks' own values are set after the fork).
 _PER_RANK_VARS = frozenset({
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
-    "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "GOCL_PYTEST_RANK",
+    "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "GOCL_RENDEZVOUS_SECRET", "GOCL_PYTEST_RANK",
     "PYTEST_CURRENT_TEST"})  # pytest sets it per test (the ranks get its value after the fork too)
 # How long a zygote may take to import its modules.
 ZYGOTE_START_TIMEOUT = 300.0
@@ -315,13 +315,14 @@ def run_ranks(item, n: int, timeout: float) -> None:
         }
         (work / "spec.json").write_text(json.dumps(spec))
         port = free_port()
+        secret = new_secret()
         procs: list[subprocess.Popen] = []
         logs = [work / f"rank{r}.log" for r in range(n)]
         try:
             cwd = str(item.config.invocation_params.dir)
             preload = _preload(item)
             for r in range(n):
-                env = rank_env(r, n, "127.0.0.1", port)
+                env = rank_env(r, n, "127.0.0.1", port, secret=secret)
                 env["GOCL_PYTEST_RANK"] = str(r)
                 zygote = _zygote_for(item.config, env, preload)
                 forked = zygote and zygote.start(work / "spec.json", env, logs[r], cwd)

@@ -1,11 +1,13 @@
 package bootstrap
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"gocl/runtime/config"
 	"gocl/runtime/status"
@@ -127,6 +129,76 @@ func ChooseIface() (Iface, error) {
 		}
 	}
 	return Iface{}, status.Errorf(status.SystemError, "no network interface is up (not even loopback)")
+}
+
+// ChooseIfaceFor is ChooseIface for a rank joining the rendezvous at
+// root: a root on loopback means every rank runs on this host (they all
+// reach it there), so unless GOCL_SOCKET_IFNAME says otherwise the rank
+// listens on loopback too, out of reach of other hosts.
+func ChooseIfaceFor(root net.IP) (Iface, error) {
+	if config.String("SOCKET_IFNAME") == "" && root.IsLoopback() {
+		return Iface{Name: loopbackName(), IP: root}, nil
+	}
+	return ChooseIface()
+}
+
+// loopbackName is the loopback interface's name ("lo" on Linux).
+func loopbackName() string {
+	ifs, _ := net.Interfaces()
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagLoopback != 0 {
+			return ifc.Name
+		}
+	}
+	return "lo"
+}
+
+// LocalIface finds the interface of this host that holds host's address
+// (a name or an IP: MASTER_ADDR); ok is false when host is not an address
+// of this host (a name that maps to it from outside, as a Kubernetes
+// Service does).
+func LocalIface(host string) (ifc Iface, ok bool, err error) {
+	ips, err := lookupIPs(host)
+	if err != nil {
+		return Iface{}, false, err
+	}
+	cands, err := candidates("")
+	if err != nil {
+		return Iface{}, false, err
+	}
+	for _, ip := range ips {
+		if ip.IsLoopback() {
+			return Iface{Name: loopbackName(), IP: ip}, true, nil
+		}
+		for _, c := range cands {
+			if c.IP.Equal(ip) {
+				return c.Iface, true, nil
+			}
+		}
+	}
+	return Iface{}, false, nil
+}
+
+// lookupIPs resolves host, IPv4 addresses first, within 10 s.
+func lookupIPs(host string) ([]net.IP, error) {
+	if ip := net.ParseIP(host); ip != nil {
+		return []net.IP{ip}, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+	if err != nil {
+		return nil, status.Errorf(status.InvalidArgument, "cannot resolve %q: %v", host, err)
+	}
+	var v4, v6 []net.IP
+	for _, a := range addrs {
+		if a.IP.To4() != nil {
+			v4 = append(v4, a.IP)
+		} else {
+			v6 = append(v6, a.IP)
+		}
+	}
+	return append(v4, v6...), nil
 }
 
 // SpeedMbps is the speed the interface reports in Mbit/s

@@ -19,6 +19,13 @@ func StartRoot(timeout time.Duration) (ID, error) {
 	if err != nil {
 		return ID{}, err
 	}
+	return StartRootOn(ifc, timeout)
+}
+
+// StartRootOn is StartRoot with the root listening on ifc: the interface of
+// the communicator an id is made from (a split, shrink or grow), or of
+// MASTER_ADDR (from_env), so a single-host job stays on loopback.
+func StartRootOn(ifc Iface, timeout time.Duration) (ID, error) {
 	ln, err := ifc.Listen()
 	if err != nil {
 		return ID{}, err

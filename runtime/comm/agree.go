@@ -90,7 +90,7 @@ func (c *Comm) machine() *agree.Machine {
 		m = agree.New(agree.Config{Rank: c.rank, N: c.nranks, Timeout: window, NewID: func() ([]byte, error) {
 			// The new root lives as long as the agreement can, and is withdrawn
 			// when another value is decided (agreeOn).
-			id, err := newUniqueID(agree.Bound(m.Timeout()))
+			id, err := c.newUniqueID(agree.Bound(m.Timeout()))
 			if err == nil {
 				a.made = append(a.made, id)
 			}

@@ -118,6 +118,62 @@ func NewUniqueID() (bootstrap.ID, error) {
 	return newUniqueID(config.Timeout())
 }
 
+// NewUniqueIDAt is NewUniqueID with the rendezvous on the interface of
+// host (MASTER_ADDR) when host is an address of this machine: with a
+// loopback host the job stays on loopback (ChooseIfaceFor). Unless
+// GOCL_SOCKET_IFNAME names the interface.
+func NewUniqueIDAt(host string) (bootstrap.ID, error) {
+	config.Reload()
+	if err := config.Check(); err != nil {
+		return bootstrap.ID{}, status.Errorf(status.InvalidArgument, "%w", err)
+	}
+	if host == "" || config.String("SOCKET_IFNAME") != "" {
+		return newUniqueID(config.Timeout())
+	}
+	ifc, ok, err := bootstrap.LocalIface(host)
+	if err != nil || !ok {
+		return newUniqueID(config.Timeout())
+	}
+	return bootstrap.StartRootOn(ifc, config.Timeout())
+}
+
+// ExchangeUniqueID runs from_env's id exchange (bootstrap/exchange.go):
+// rank 0 makes the id on MASTER_ADDR's interface and serves it, the other
+// ranks fetch it.
+func ExchangeUniqueID(x bootstrap.Exchange) (bootstrap.ID, error) {
+	if x.NRanks < 1 || x.Rank < 0 || x.Rank >= x.NRanks {
+		return bootstrap.ID{}, status.Errorf(status.InvalidArgument,
+			"unique id exchange: rank is %d but nRanks is %d: pass a rank in [0, nRanks)", x.Rank, x.NRanks)
+	}
+	if x.Port <= 0 || x.Port > 65535 || x.Host == "" {
+		return bootstrap.ID{}, status.Errorf(status.InvalidArgument,
+			"unique id exchange on rank %d: rank 0's address is %q port %d: set MASTER_ADDR to rank 0's host and MASTER_PORT to a port in 1..65535", x.Rank, x.Host, x.Port)
+	}
+	if err := bootstrap.CheckSecret(x.Secret); err != nil {
+		return bootstrap.ID{}, err
+	}
+	if x.NRanks == 1 {
+		return NewUniqueIDAt(x.Host)
+	}
+	if x.Rank > 0 {
+		return bootstrap.FetchID(x)
+	}
+	ln, _, _, err := bootstrap.ListenExchange(x.Host, x.Port)
+	if err != nil {
+		return bootstrap.ID{}, err
+	}
+	id, err := NewUniqueIDAt(x.Host)
+	if err != nil {
+		ln.Close()
+		return bootstrap.ID{}, err
+	}
+	if err := bootstrap.ServeID(ln, x, id); err != nil {
+		bootstrap.StopRoot(id)
+		return bootstrap.ID{}, err
+	}
+	return id, nil
+}
+
 // newUniqueID starts a rendezvous that ends after timeout: the init
 // timeout of the ranks that will join it, so that a rank that never comes
 // holds the others' connections no longer than they wait.
@@ -126,6 +182,16 @@ func newUniqueID(timeout time.Duration) (bootstrap.ID, error) {
 		return bootstrap.ID{}, status.Errorf(status.InvalidArgument, "%w", err)
 	}
 	return bootstrap.StartRoot(timeout)
+}
+
+// newUniqueID is the id of a communicator made from c (a split, shrink or
+// grow): its root listens where c's ranks do, so a job on loopback stays
+// there.
+func (c *Comm) newUniqueID(timeout time.Duration) (bootstrap.ID, error) {
+	if c.ifc.IP == nil {
+		return newUniqueID(timeout)
+	}
+	return bootstrap.StartRootOn(c.ifc, timeout)
 }
 
 // InitRank joins rank of nranks to the communicator named by id. It blocks
@@ -147,7 +213,8 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 	if rank < 0 || rank >= nranks {
 		return nil, status.Errorf(status.InvalidArgument, "rank is %d but nranks is %d: pass a rank in [0, %d]", rank, nranks, nranks-1)
 	}
-	if _, err := id.Root(); err != nil {
+	root, err := id.Root()
+	if err != nil {
 		return nil, err
 	}
 	timeout := opts.timeout()
@@ -155,7 +222,7 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
 	}
-	ifc, err := bootstrap.ChooseIface()
+	ifc, err := bootstrap.ChooseIfaceFor(root.IP)
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +244,7 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 	if debuglog.Enabled(debuglog.Info, debuglog.Env) {
 		for _, v := range config.Table() {
 			if val, src := config.Source(v.Name); src != "default" {
-				debuglog.Infof(debuglog.Env, rank, "%s set by environment to %q", src, val)
+				debuglog.Infof(debuglog.Env, rank, "%s set by environment to %q", src, config.Shown(v.Name, val))
 			}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 
 	"gocl/kernels"
 	"gocl/runtime/bootstrap"
+	"gocl/runtime/config"
 	"gocl/runtime/status"
 	"gocl/runtime/wire"
 )
@@ -13,7 +14,8 @@ import (
 // calls it and hands the id to the joining processes; c's own ranks get it
 // inside Grow.
 func (c *Comm) GetUniqueID() (bootstrap.ID, error) {
-	id, err := NewUniqueID()
+	config.Reload()
+	id, err := c.newUniqueID(config.Timeout())
 	if err != nil {
 		return bootstrap.ID{}, err
 	}

@@ -54,7 +54,7 @@ func (c *Comm) Split(color, key int, opts Options) (*Comm, error) {
 	id := bootstrap.ID{}
 	var idErr error
 	if leader(c.rank) {
-		id, idErr = newUniqueID(c.timeout)
+		id, idErr = c.newUniqueID(c.timeout)
 	}
 	ids := make([]byte, bootstrap.IDBytes*c.nranks)
 	if err := c.allGather(id[:], ids, bootstrap.IDBytes, kernels.Uint8); err != nil {

@@ -34,6 +34,8 @@ const (
 	ReadStartup = "first init of the process"
 	// ReadJaxInit: once, by the process's first gocl.jax world.
 	ReadJaxInit = "first gocl.jax.init of the process"
+	// ReadExchange: by each unique id exchange (from_env, goclExchangeUniqueId).
+	ReadExchange = "each unique id exchange"
 	// ReadNever: accepted for NCCL compatibility, not used.
 	ReadNever = "never"
 )
@@ -59,11 +61,12 @@ var table = []Var{
 	{"TIMEOUT", "600", ReadInit, "seconds an init or an operation may wait on a peer before failing with goclTimeout; a timeout given to the communicator (goclConfig_t.timeout, the torch group's timeout) takes precedence; 0: no limit"},
 	{"TRACE_BUFFER", "0", ReadInit, "keep the last N calls per communicator and print them when it fails (a flight recorder for post-mortems; 1000 when only TRACE_FILE is set)"},
 	{"STATUS", "1", ReadStartup, "the status endpoint gocl status and gocl top ask: 1: a Unix socket per process in GOCL_STATUS_DIR (only this user can ask); tcp:HOST:PORT: also on TCP, keyed by GOCL_STATUS_TOKEN; 0: none"},
-	{"STATUS_DIR", "", ReadStartup, "where the status endpoints' sockets are; unset: $XDG_RUNTIME_DIR/gocl, else /tmp/gocl-UID (made mode 0700)"},
-	{"STATUS_TOKEN", "", ReadStartup, "the secret a TCP status endpoint (GOCL_STATUS=tcp:...) and its clients share"},
+	{"STATUS_DIR", "", ReadStartup, "where the status endpoints' sockets are; unset: $XDG_RUNTIME_DIR/gocl, else /tmp/gocl-UID (made mode 0700; refused when it is a symlink, another user's, or open to others)"},
+	{"RENDEZVOUS_SECRET", "", ReadExchange, "the secret every rank of a launcher's world proves before rank 0 hands it the unique id (Communicator.from_env, gocl.jax.init), at least 32 characters (10 different); gocl run sets it; unset: anyone who reaches MASTER_ADDR:MASTER_PORT can fetch the id (README: Threat model)"},
+	{"STATUS_TOKEN", "", ReadStartup, "the secret a TCP status endpoint (GOCL_STATUS=tcp:...) and its clients share, at least 32 characters (10 different): python -c 'import secrets; print(secrets.token_urlsafe(32))' makes one"},
 	{"TRACE_FILE", "", ReadInit, "append the flight recorder's calls as JSON lines to this file when a communicator fails or goclCommDumpTrace asks; %h is the host name, %p the pid, %r the rank; `gocl trace FILES...` lines the ranks up"},
 	{"METRICS_FILE", "", ReadInit, "append one JSON line per completed call here, in NCCL Inspector's fields plus gocl's (README: gocl status and gocl top); %h host, %p pid, %r rank; `gocl trace` summarises them"},
-	{"METRICS_PORT", "", ReadStartup, "HOST:PORT or PORT: serve per-op counters in Prometheus' text format at /metrics (a port per process)"},
+	{"METRICS_PORT", "", ReadStartup, "PORT (on 127.0.0.1 only) or HOST:PORT (0.0.0.0:PORT: every interface): serve per-op counters in Prometheus' text format at /metrics (a port per process)"},
 	{"SPIN_US", "50", ReadProcess, "microseconds a waiting rank polls before it sleeps, when a core is free for it (scaled when ranks outnumber cores: runtime/host); 0 sleeps at once"},
 	{"DEFAULTS", "1", ReadStartup, "1: on a machine gocl doctor's knowledge base flags, set the safe settings you left unset for the other libraries in the process (e.g. NCCL_P2P_DISABLE=1), logged at INFO; 0: none"},
 	{"JAX_MALLOC", "1", ReadJaxInit, "1: gocl.jax keeps glibc's freed memory for reuse, so XLA's result buffers are resident pages (unless MALLOC_* or GLIBC_TUNABLES tune malloc); 0: leave malloc alone"},
@@ -102,6 +105,15 @@ func Source(name string) (string, string) {
 		}
 	}
 	panic("config: unknown setting " + name) // a programming error, caught in tests
+}
+
+// Shown is a setting's value as logs and reports may show it: secrets
+// (the rendezvous secret, the status token) only as "(hidden)".
+func Shown(name, value string) string {
+	if strings.HasSuffix(name, "SECRET") || strings.HasSuffix(name, "TOKEN") {
+		return "(hidden)"
+	}
+	return value
 }
 
 // Process-wide settings (ReadProcess: the log level, the spin time) are

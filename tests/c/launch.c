@@ -4,11 +4,8 @@
 #define _GNU_SOURCE
 #include "launch.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -16,8 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -255,179 +250,6 @@ int launch_run(int nranks, char* const argv[], const char* const extra_env[], do
 
 /* ------------------------------------------------------- from the environment */
 
-/* gocl.Communicator.from_env's exchange (python/gocl/comm.py): a hello of
- * "GOCLUID1", rank, world size and generation (big-endian int32s), answered
- * by one status byte: OK then the 128-byte id, RETRY (another round), or
- * FATAL then a big-endian uint16 length and a message. A C program makes
- * one exchange, generation 1, as a Python program's first from_env does. */
-#define EXCHANGE_MAGIC "GOCLUID1"
-#define HELLO_BYTES 20
-enum { EXCHANGE_OK = 0, EXCHANGE_RETRY = 1, EXCHANGE_FATAL = 2 };
-
-static int io_all(int fd, void* buf, size_t n, int writing) {
-  char* p = buf;
-  while (n > 0) {
-    ssize_t k = writing ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return -1;
-    p += k;
-    n -= (size_t)k;
-  }
-  return 0;
-}
-
-static void set_io_timeout(int fd, double s) {
-  struct timeval tv = {(time_t)s, (suseconds_t)((s - (time_t)s) * 1e6)};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-}
-
-static void put32(unsigned char* p, int v) {
-  uint32_t u = htonl((uint32_t)v);
-  memcpy(p, &u, 4);
-}
-
-static int get32(const unsigned char* p) {
-  uint32_t u;
-  memcpy(&u, p, 4);
-  return (int)ntohl(u);
-}
-
-/* Listens on every address, IPv6 and IPv4 where the system allows both. */
-static int listen_any(int port) {
-  int one = 1, zero = 0;
-  int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0) {
-    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port), .sin6_addr = in6addr_any};
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-    if (bind(fd, (struct sockaddr*)&a6, sizeof a6) == 0 && listen(fd, 128) == 0) return fd;
-    int err = errno;
-    close(fd);
-    if (err == EADDRINUSE) {
-      errno = err;
-      return -1;
-    }
-  }
-  fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = INADDR_ANY};
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (bind(fd, (struct sockaddr*)&a4, sizeof a4) == 0 && listen(fd, 128) == 0) return fd;
-  int err = errno;
-  close(fd);
-  errno = err;
-  return -1;
-}
-
-/* Rank 0: hands id to ranks 1..world-1; returns 0 when each has it. */
-static int serve_id(int port, const char* where, const goclUniqueId* id, int world, double deadline) {
-  int srv = listen_any(port);
-  if (srv < 0) {
-    fprintf(stderr, "launch: rank 0: cannot listen on MASTER_PORT %d: %s%s\n", port, strerror(errno),
-            errno == EADDRINUSE ? " (set GOCL_MASTER_PORT to another free port)" : "");
-    return -1;
-  }
-  char* have = calloc((size_t)world, 1);
-  int missing = world - 1;
-  while (missing > 0 && have != NULL) {
-    double left = deadline - now_s();
-    if (left <= 0) {
-      fprintf(stderr, "launch: rank 0: timed out waiting for %d rank(s) to fetch the unique id from %s "
-              "(MASTER_ADDR:MASTER_PORT); did every rank start, with WORLD_SIZE=%d?\n", missing, where, world);
-      break;
-    }
-    struct pollfd pfd = {.fd = srv, .events = POLLIN};
-    if (poll(&pfd, 1, left > 1 ? 1000 : (int)(left * 1000) + 1) <= 0) continue;
-    int fd = accept4(srv, NULL, NULL, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    set_io_timeout(fd, 5);
-    unsigned char hello[HELLO_BYTES];
-    if (io_all(fd, hello, sizeof hello, 0) == 0 && memcmp(hello, EXCHANGE_MAGIC, 8) == 0) {
-      int rank = get32(hello + 8), their_world = get32(hello + 12), gen = get32(hello + 16);
-      unsigned char reply[1 + GOCL_UNIQUE_ID_BYTES];
-      if (their_world != world) {
-        char msg[200];
-        int n = snprintf(msg, sizeof msg, "rank %d has WORLD_SIZE=%d but rank 0 has WORLD_SIZE=%d", rank,
-                         their_world, world);
-        unsigned char head[3] = {EXCHANGE_FATAL, (unsigned char)(n >> 8), (unsigned char)n};
-        if (io_all(fd, head, 3, 1) == 0) io_all(fd, msg, (size_t)n, 1);
-      } else if (gen != 1) {
-        reply[0] = EXCHANGE_RETRY;
-        io_all(fd, reply, 1, 1);
-      } else {
-        reply[0] = EXCHANGE_OK;
-        memcpy(reply + 1, id->internal, GOCL_UNIQUE_ID_BYTES);
-        if (io_all(fd, reply, sizeof reply, 1) == 0 && rank > 0 && rank < world && !have[rank]) {
-          have[rank] = 1;
-          missing--;
-        }
-      }
-    }
-    close(fd);
-  }
-  free(have);
-  close(srv);
-  return missing == 0 ? 0 : -1;
-}
-
-/* Ranks > 0: asks rank 0 for the id until it answers or the deadline. */
-static int fetch_id(const char* addr, int port, int rank, int world, goclUniqueId* id, double deadline) {
-  char portstr[16], last[256] = "no answer";
-  double pause = 0.02;
-  snprintf(portstr, sizeof portstr, "%d", port);
-  for (;;) {
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
-    int rc = getaddrinfo(addr, portstr, &hints, &ai);
-    if (rc != 0) snprintf(last, sizeof last, "%s", gai_strerror(rc));
-    for (struct addrinfo* p = ai; p != NULL; p = p->ai_next) {
-      int fd = socket(p->ai_family, p->ai_socktype | SOCK_CLOEXEC, p->ai_protocol);
-      if (fd < 0) continue;
-      set_io_timeout(fd, 5);
-      if (connect(fd, p->ai_addr, p->ai_addrlen) != 0) {
-        snprintf(last, sizeof last, "%s", strerror(errno));
-        close(fd);
-        continue;
-      }
-      unsigned char hello[HELLO_BYTES], status;
-      memcpy(hello, EXCHANGE_MAGIC, 8);
-      put32(hello + 8, rank);
-      put32(hello + 12, world);
-      put32(hello + 16, 1);
-      if (io_all(fd, hello, sizeof hello, 1) == 0 && io_all(fd, &status, 1, 0) == 0) {
-        if (status == EXCHANGE_OK && io_all(fd, id->internal, GOCL_UNIQUE_ID_BYTES, 0) == 0) {
-          close(fd);
-          freeaddrinfo(ai);
-          return 0;
-        }
-        unsigned char len[2];
-        char msg[65536];
-        if (status == EXCHANGE_FATAL && io_all(fd, len, 2, 0) == 0) {
-          size_t n = (size_t)len[0] << 8 | len[1];
-          if (io_all(fd, msg, n, 0) == 0) {
-            fprintf(stderr, "launch: rank %d: %.*s\n", rank, (int)n, msg);
-            close(fd);
-            freeaddrinfo(ai);
-            return -1;
-          }
-        }
-        snprintf(last, sizeof last, "rank 0 is serving another round");
-      }
-      close(fd);
-    }
-    if (ai != NULL) freeaddrinfo(ai);
-    if (now_s() + pause > deadline) {
-      fprintf(stderr, "launch: rank %d: timed out waiting for rank 0 to serve the unique id at %s:%d "
-              "(MASTER_ADDR:MASTER_PORT); last error: %s. Is rank 0 running, with the same MASTER_ADDR and "
-              "MASTER_PORT?\n", rank, addr, port, last);
-      return -1;
-    }
-    struct timespec ts = {(time_t)pause, (long)((pause - (time_t)pause) * 1e9)};
-    nanosleep(&ts, NULL);
-    pause = pause * 1.5 < 0.5 ? pause * 1.5 : 0.5;
-  }
-}
-
 int launch_from_env(launch_child_t* c, double timeout_s) {
   const char* port_var = getenv("GOCL_MASTER_PORT") && *getenv("GOCL_MASTER_PORT") ? "GOCL_MASTER_PORT" : "MASTER_PORT";
   const char* addr = getenv("MASTER_ADDR");
@@ -444,14 +266,14 @@ int launch_from_env(launch_child_t* c, double timeout_s) {
             "`gocl run` and torchrun do\n", c->rank);
     return -1;
   }
-  double deadline = now_s() + timeout_s;
-  if (c->rank > 0) return fetch_id(addr, port, c->rank, c->nranks, &c->id, deadline) == 0 ? 1 : -1;
-  goclResult_t r = goclGetUniqueId(&c->id);
+  /* gocl.Communicator.from_env's exchange, in the library: the rendezvous
+   * secret (GOCL_RENDEZVOUS_SECRET, which `gocl run` sets) proved both ways,
+   * the id encrypted. A C program makes one exchange: round 1, as a Python
+   * program's first from_env. */
+  goclResult_t r = goclExchangeUniqueId(&c->id, addr, port, c->rank, c->nranks, 1, NULL, timeout_s);
   if (r != goclSuccess) {
-    fprintf(stderr, "launch: goclGetUniqueId: %s: %s\n", goclGetErrorString(r), goclGetLastError(NULL));
+    fprintf(stderr, "launch: rank %d: %s\n", c->rank, goclGetLastError(NULL));
     return -1;
   }
-  char where[300];
-  snprintf(where, sizeof where, "%s:%d", addr, port);
-  return serve_id(port, where, &c->id, c->nranks, deadline) == 0 ? 1 : -1;
+  return 1;
 }

@@ -103,7 +103,7 @@ def test_parser_sees_the_whole_header():
     # A parser that finds nothing would make every comparison below vacuous.
     assert set(ENUMS) == {"goclResult_t", "goclDataType_t", "goclRedOp_t", "goclScalarResidence_t"}
     assert len(ENUMS["goclDataType_t"]) == 16 and len(ENUMS["goclResult_t"]) == 10
-    assert len(PROTOTYPES) == 44
+    assert len(PROTOTYPES) == 46
     assert {"GOCL_UNIQUE_ID_BYTES", "GOCL_CONFIG_MAGIC", "GOCL_SPLIT_NOCOLOR"} <= set(DEFINES)
 
 

@@ -1,54 +1,65 @@
 """Fuzz from_env's unique-id exchange at its port: rank 0 serves the id on
-MASTER_PORT while random connections send it garbage, truncated hellos and
-well-formed hellos with wrong fields; then the real rank 1 fetches the id and
-both all_reduce. Runs GOCL_FUZZ_SECONDS (default 1; `make fuzz` sets more).
+MASTER_PORT while random connections send it garbage, truncated
+handshakes, handshakes whose proof is wrong and handshakes made with a
+wrong secret; then the real rank 1 fetches the id and both all_reduce.
+Runs GOCL_FUZZ_SECONDS (default 1; `make fuzz` sets more).
 
-The exchange carries the id itself, so it cannot demand proof of the id's
-secret; what it must do is ignore what is not a rank of this round and keep
-serving (gocl's bootstrap then authenticates every connection).
+Every fetcher must prove the launcher's rendezvous secret before the id
+moves (runtime/bootstrap/exchange.go): none of these gets it, and rank 0
+keeps serving.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import random
 import socket
-import struct
 import subprocess
 import sys
 import time
 
-from gocl.launcher import free_port, rank_env
+from gocl.launcher import free_port, new_secret, rank_env
 
 SECONDS = float(os.environ.get("GOCL_FUZZ_SECONDS", "1"))
-MAGIC = b"GOCLUID1"  # from_env's hello: magic, rank, world size, round (network order)
+AUTH = b"GOCLAUTH"  # the bootstrap handshake's magic, then the dialer's 32-byte nonce
 RANK = ("import gocl, numpy as np\n"
         "with gocl.Communicator.from_env() as c:\n"
         "    x = c.all_reduce(np.full(3, c.rank + 1, np.float32))\n"
         "    print('sum', x[0], flush=True)\n")
 
 
-def _garbage(rng: random.Random) -> bytes:
+def _mac(key: bytes, role: bytes, a: bytes, b: bytes) -> bytes:
+    return hmac.new(key, role + a + b, hashlib.sha256).digest()
+
+
+def _attack(rng: random.Random, s: socket.socket) -> None:
     kind = rng.randrange(5)
     if kind == 0:  # random bytes
-        return rng.randbytes(rng.randrange(0, 64))
-    if kind == 1:  # a truncated hello
-        return (MAGIC + rng.randbytes(12))[: rng.randrange(0, 20)]
-    if kind == 2:  # the magic, then random fields
-        return MAGIC + rng.randbytes(12)
-    if kind == 3:  # a hello of another world size or round (never this round's: that would be rank 1 itself)
-        world, gen = rng.choice([(rng.randrange(-5, 99), 1), (2, rng.randrange(2, 1 << 31))])
-        if (world, gen) == (2, 1):
-            world = 3
-        return MAGIC + struct.pack("!iii", 1, world, gen)
-    return b"\x00" * rng.randrange(1, 4096) + MAGIC  # a flood, the magic late
+        s.sendall(rng.randbytes(rng.randrange(0, 64)))
+    elif kind == 1:  # a truncated handshake
+        s.sendall((AUTH + rng.randbytes(32))[: rng.randrange(0, 40)])
+    elif kind == 2:  # a whole hello, then a made-up proof
+        s.sendall(AUTH + rng.randbytes(32))
+        s.recv(64)
+        s.sendall(rng.randbytes(32))
+    elif kind == 3:  # the handshake done right with a guessed secret, then a forged frame
+        key = _mac(new_secret().encode(), b"gocl rendezvous v1", b"", b"")
+        nd = rng.randbytes(32)
+        s.sendall(AUTH + nd)
+        reply = s.recv(64)
+        s.sendall(_mac(key, b"D", nd, reply[:32]) + rng.randbytes(rng.randrange(0, 64)))
+    else:  # a flood, the magic late
+        s.sendall(b"\x00" * rng.randrange(1, 4096) + AUTH)
 
 
 def test_from_env_exchange_survives_garbage():
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GOCL_MASTER")}
     env["GOCL_TIMEOUT"] = "30"
-    rank0 = subprocess.Popen([sys.executable, "-c", RANK], env=rank_env(0, 2, "127.0.0.1", port, env),
+    secret = new_secret()
+    rank0 = subprocess.Popen([sys.executable, "-c", RANK], env=rank_env(0, 2, "127.0.0.1", port, env, secret=secret),
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     rng = random.Random(int(os.environ.get("GOCL_FUZZ_SEED", time.time_ns())))
     sent = 0
@@ -58,15 +69,15 @@ def test_from_env_exchange_survives_garbage():
         while (end is None or time.monotonic() < end) and time.monotonic() < limit and rank0.poll() is None:
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-                    s.sendall(_garbage(rng))
+                    _attack(rng, s)
                     s.shutdown(socket.SHUT_WR)
-                    s.recv(256)  # whatever rank 0 answers (nothing, retry, or a refusal)
+                    s.recv(256)  # whatever rank 0 answers (nothing: it hangs up)
                 sent += 1
                 end = end or time.monotonic() + SECONDS
             except OSError:
                 time.sleep(0.01)  # not listening yet, or reset
         assert rank0.poll() is None, rank0.communicate()[0]
-        rank1 = subprocess.run([sys.executable, "-c", RANK], env=rank_env(1, 2, "127.0.0.1", port, env),
+        rank1 = subprocess.run([sys.executable, "-c", RANK], env=rank_env(1, 2, "127.0.0.1", port, env, secret=secret),
                                capture_output=True, text=True, timeout=60)
         out0 = rank0.communicate(timeout=60)[0]
     finally:

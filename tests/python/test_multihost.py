@@ -32,7 +32,7 @@ import launched
 import pytest
 
 from gocl import netns
-from gocl.launcher import rank_env
+from gocl.launcher import new_secret, rank_env
 
 HERE = Path(__file__).resolve().parent
 
@@ -44,8 +44,13 @@ BIN = Path(sys.executable).parent
 PORT = 29400 + os.getpid() % 500  # each host has its own port space; varied only for readable logs
 
 
+# Every node's launcher is given the same rendezvous secret, as README's multi-node recipe says.
+SECRET = new_secret()
+
+
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GOCL_", "NCCL_"))}
+    env["GOCL_RENDEZVOUS_SECRET"] = SECRET
     env.update(extra)
     return env
 

@@ -13,7 +13,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -23,28 +22,29 @@ import gocl
 from gocl import _rendezvous as rv
 
 
+SECRET = "test-secret-0123456789-abcdefghij"
+
+
 def test_tcp_exchange_protocol():
-    """Rank 0's id service: exact 128 bytes (NULs included), strangers ignored,
-    a world-size mismatch refused, a rank of another round told to retry."""
-    uid = bytes(range(128))  # NUL first: the bytes must travel untouched
-    srv = rv.listen(0)
-    port = srv.getsockname()[1]
-    deadline = time.monotonic() + 20
-    served = threading.Thread(target=rv.serve, args=(srv, uid, 3, 7, deadline, f"127.0.0.1:{port}"))
-    served.start()
-    try:
-        with socket.create_connection(("127.0.0.1", port)) as stranger:
-            stranger.sendall(b"GET / HTTP/1.0\r\n\r\n")
+    """goclExchangeUniqueId, as from_env calls it: rank 0's exact 128 bytes
+    reach every rank (over a name too), a world-size mismatch is refused
+    naming both sizes, a rank of another round is told to wait, a weak
+    secret is refused."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with ThreadPoolExecutor(4) as pool:
+        rank0 = pool.submit(rv.exchange, "127.0.0.1", port, 0, 3, 7, 20, SECRET)
         with pytest.raises(gocl.InvalidArgumentError, match="rank 2 has WORLD_SIZE=4 but rank 0 has WORLD_SIZE=3"):
-            rv.fetch("127.0.0.1", port, 2, 4, 7, time.monotonic() + 5, 5)
+            rv.exchange("127.0.0.1", port, 2, 4, 7, 5, SECRET)
         with pytest.raises(gocl.GoclTimeoutError, match="rank 0 is serving another from_env round"):
-            rv.fetch("127.0.0.1", port, 2, 3, 8, time.monotonic() + 0.5, 0.5)
-        assert rv.fetch("127.0.0.1", port, 1, 3, 7, time.monotonic() + 5, 5) == uid
-        assert rv.fetch("localhost", port, 2, 3, 7, time.monotonic() + 5, 5) == uid
-        served.join(10)
-        assert not served.is_alive()  # every rank has the id: the service is done
-    finally:
-        srv.close()
+            rv.exchange("127.0.0.1", port, 2, 3, 8, 0.5, SECRET)
+        one = pool.submit(rv.exchange, "127.0.0.1", port, 1, 3, 7, 5, SECRET)
+        two = pool.submit(rv.exchange, "localhost", port, 2, 3, 7, 5, SECRET)
+        uid = rank0.result(timeout=30)
+        assert len(uid) == 128 and one.result(timeout=30) == uid and two.result(timeout=30) == uid
+    with pytest.raises(gocl.InvalidArgumentError, match="GOCL_RENDEZVOUS_SECRET has 6 characters"):
+        rv.exchange("127.0.0.1", port, 1, 2, 1, 1, "s3cret")
 
 
 def test_from_env_timeouts_name_what_they_waited_for(monkeypatch):
@@ -58,12 +58,12 @@ def test_from_env_timeouts_name_what_they_waited_for(monkeypatch):
     monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
     monkeypatch.setenv("RANK", "1")
     start = time.monotonic()
-    with pytest.raises(gocl.GoclTimeoutError, match=rf"rank 1: timed out after 1 s waiting for rank 0 to serve the "
+    with pytest.raises(gocl.GoclTimeoutError, match=rf"rank 1 timed out waiting for rank 0 to serve the "
                                                     rf"unique id at 127.0.0.1:{port} \(MASTER_ADDR:MASTER_PORT\)"):
         gocl.Communicator.from_env(timeout=1)
     assert time.monotonic() - start < 5
     monkeypatch.setenv("RANK", "0")
-    with pytest.raises(gocl.GoclTimeoutError, match=r"rank 0: timed out waiting for rank\(s\) \[1\] to fetch"):
+    with pytest.raises(gocl.GoclTimeoutError, match=r"rank 0 timed out waiting for rank\(s\) 1 to fetch"):
         gocl.Communicator.from_env(timeout=datetime.timedelta(seconds=1))
     monkeypatch.setenv("RANK", "2")
     with pytest.raises(gocl.InvalidArgumentError, match=r"RANK=2 is not in \[0, WORLD_SIZE=2\)"):
