@@ -352,11 +352,50 @@ def _supervise(procs: list[subprocess.Popen], timeout: float) -> dict:
     """Wait for the ranks; kill them after a failure's grace or at the timeout."""
     start = time.monotonic()
     w = watch(procs, ok=(0, SKIP_CODE), linger=FAIL_GRACE, deadline=start + timeout)
+    stuck = _diagnose(procs, w.running) if w.timed_out and w.running else None
     if w.running:
         # SIGUSR1 dumps every thread's Python stack into the rank's output.
         stop([procs[r] for r in w.running], signal.SIGUSR1, STACK_DUMP_TIME)
     return {"timed_out": w.timed_out, "killed": w.running, "first_failed": w.first_failed,
-            "elapsed": time.monotonic() - start}
+            "elapsed": time.monotonic() - start, "stuck": stuck}
+
+
+def _diagnose(procs: list, running: list[int]) -> dict | None:
+    """At the timeout, before the kill: ask the running ranks' status
+    endpoints (as `gocl status` does) which rank the others wait on. The
+    ranks not in a gocl call, or the straggler their waits lead to, are the
+    ones to blame; the others get one line each (their call and whom they
+    wait on). None when no rank answers (GOCL_STATUS=0, no communicator)."""
+    from . import status as st
+
+    rank_of = {procs[r].pid: r for r in running}
+    try:
+        eps = [ep for ep in st.endpoints() if ep.pid in rank_of]
+        replies, _ = st.collect(eps=eps) if eps else ([], [])
+    except Exception:  # noqa: BLE001 - a diagnosis must never hide the timeout itself
+        return None
+    if not replies:
+        return None
+    waits, in_call = {}, set()
+    blamed: dict[int, str] = {}
+    for j in st.jobs(replies):
+        for v in j.ranks.values():
+            r = rank_of.get(v.get("pid"))
+            if r is None or v.get("reachable") is False:
+                continue
+            if v.get("in_call"):
+                in_call.add(r)
+            if v.get("waiting"):
+                waits[r] = (f"in {st.describe_call(v.get('current'))} on communicator {j.id[:8]} (rank {v['rank']} of "
+                            f"{j.size}), waiting {v['waiting']['seconds']:.1f} s on its rank {v['waiting']['peer']}")
+        if j.culprit is not None and (r := rank_of.get((j.row(j.culprit) or {}).get("pid"))) is not None:
+            blamed.setdefault(r, j.why)
+    for r in running:
+        if r not in in_call:
+            blamed[r] = "it is not in a gocl call (busy or hung outside gocl)"
+    if not blamed:
+        return None
+    return {"blamed": blamed, "waits": {r: w for r, w in waits.items() if r not in blamed}}
 
 
 def _report(work: Path, n: int, codes: list, outcome: dict, timeout: float) -> None:
@@ -374,7 +413,17 @@ def _report(work: Path, n: int, codes: list, outcome: dict, timeout: float) -> N
                         pytrace=False)
         return
     parts = []
-    if outcome["timed_out"]:
+    stuck = outcome.get("stuck")
+    if outcome["timed_out"] and stuck:
+        blamed = sorted(stuck["blamed"])
+        parts.append(f"timed out after {timeout:g} s (@pytest.mark.ranks(..., timeout=...)): rank(s) "
+                     f"{', '.join(map(str, blamed))} held the others up; the {len(killed)} of {n} still running were "
+                     "killed")
+        parts += [f"  rank {r}: {stuck['blamed'][r]}" for r in blamed]
+        parts += [f"  rank {r}: {w}" for r, w in sorted(stuck["waits"].items())]
+        parts.append(f"The Python stacks of rank(s) {', '.join(map(str, blamed))} are below; every rank's whole "
+                     "output is in the captured stdout.")
+    elif outcome["timed_out"]:
         parts.append(f"timed out after {timeout:g} s (@pytest.mark.ranks(..., timeout=...)): rank(s) "
                      f"{', '.join(map(str, sorted(killed)))} of {n} still running were killed; their Python "
                      "stacks and output are below")
@@ -396,6 +445,8 @@ def _report(work: Path, n: int, codes: list, outcome: dict, timeout: float) -> N
             parts.append(f"{header}\nno Python exception (the process exited or crashed); its last output:\n"
                          f"{_tail(work / f'rank{r}.log')}")
     for r in sorted(killed):
+        if stuck and r not in stuck["blamed"]:
+            continue  # a rank that only waited: its line above says on whom, its stack is in the captured stdout
         why = ("at the timeout" if outcome["timed_out"]
                else f"{FAIL_GRACE:g} s after rank {outcome['first_failed']} failed")
         parts.append(f"---------------- rank {r} killed {why}; its last output ----------------\n"

@@ -7,6 +7,7 @@ plugin comes from the installed package's entry point there too).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -127,6 +128,37 @@ def test_timeout_dumps_stacks(tmp_path):
     assert r.returncode == 1, out + r.stderr
     assert "timed out after 3 s" in out and "rank(s) 1 of 2 still running were killed" in out
     assert "in wait_forever" in out  # faulthandler's dump of the hung rank
+
+
+def test_timeout_blames_the_rank_the_others_wait_on(tmp_path):
+    """One rank hangs outside gocl while the others wait on it in an
+    all_reduce: the report names that rank alone, gives each waiting rank one
+    line (its call, whom it waits on), and prints the hung rank's stack."""
+    r = run_pytest(tmp_path, """
+        import os, time
+        import numpy as np
+        import pytest
+        import gocl
+
+        def stuck_outside_gocl():
+            time.sleep(100)
+
+        @pytest.mark.ranks(4, timeout=8)
+        def test_one_rank_hangs():
+            with gocl.Communicator.from_env(timeout=600) as c:
+                c.all_reduce(np.ones(4, np.float32))
+                if c.rank == 2:
+                    stuck_outside_gocl()
+                c.all_reduce(np.ones(4, np.float32))
+    """)
+    out = r.stdout
+    assert r.returncode == 1, out + r.stderr
+    assert "rank(s) 2 held the others up; the 4 of 4 still running were killed" in out, out
+    assert "rank 2: it is not in a gocl call" in out, out
+    for waiter in (0, 1, 3):
+        assert re.search(rf"  rank {waiter}: in allreduce #\d+ .* waiting [\d.]+ s on its rank 2", out), out
+    assert "rank 0 killed" not in out and "---------------- rank 2 killed at the timeout" in out, out
+    assert "in stuck_outside_gocl" in out
 
 
 def test_crash_without_traceback_and_refused_fixture(tmp_path):
