@@ -284,6 +284,23 @@ func TestCollectivesSockets(t *testing.T) {
 	}
 }
 
+// TestCollectivesSocketsEncrypted runs the matrix over encrypted TCP links
+// (GOCL_SOCKET_ENCRYPT=1), striped, with frames longer than a sealed record
+// and chunks that end inside one.
+func TestCollectivesSocketsEncrypted(t *testing.T) {
+	n := 3
+	setEnv(t, "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", "1", "GOCL_SOCKET_ENCRYPT", "1", "GOCL_BUFFSIZE", "300000",
+		"GOCL_NSOCKS_PERTHREAD", "3", "GOCL_SOCKET_IFNAME", "lo", "GOCL_ALGO", "ring", "GOCL_DIRECT_THRESHOLD", "0")
+	clique(t, n, func(c *Comm) error {
+		for p, l := range c.links {
+			if p != c.rank && fmt.Sprintf("%T", l) != "*socket.sealedLink" {
+				return fmt.Errorf("rank %d: the link to rank %d is a %T, not an encrypted socket link", c.rank, p, l)
+			}
+		}
+		return matrix(c, []kernels.DataType{kernels.Int8, kernels.Float32}, []int{0, 1, 7, 300001 / 4, 1 << 17})
+	})
+}
+
 // TestCollectivesShm runs the matrix over shared memory between ranks of one
 // process (GOCL_P2P_DISABLE=1), with chunks around the LL limit and frames
 // cut into several data-ring pieces.

@@ -57,8 +57,8 @@ var connectors = []connector{
 			return l, err
 		}},
 	{name: "socket", tcp: true, can: func(a, b *bootstrap.PeerInfo) bool { return true },
-		connect: func(c *Comm, p int, conns []net.Conn, _ time.Time) (transport.Link, error) {
-			return socket.New(conns, c.rank, p), nil
+		connect: func(c *Comm, p int, conns []net.Conn, deadline time.Time) (transport.Link, error) {
+			return socket.Connect(conns, c.rank, p, socket.Options{Encrypt: config.Bool("SOCKET_ENCRYPT"), Secret: c.secret}, deadline)
 		}},
 }
 

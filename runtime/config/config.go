@@ -48,6 +48,7 @@ var table = []Var{
 	{"SOCKET_FAMILY", "", ReadInit, "AF_INET or AF_INET6 to force an address family"},
 	{"SOCKET_NTHREADS", "1", ReadInit, "with NSOCKS_PERTHREAD: sockets per peer = NTHREADS × NSOCKS_PERTHREAD (at most 64), as in NCCL"},
 	{"NSOCKS_PERTHREAD", "2", ReadInit, "sockets per thread; a message of 256 KiB or more is striped over all sockets of a peer"},
+	{"SOCKET_ENCRYPT", "0", ReadInit, "1: every TCP link between ranks is encrypted and authenticated (AES-256-GCM, keys of its own per link and direction, derived from the job's secret), for networks you do not trust; every rank must set it alike; shared-memory and in-process links are not affected (README: Threat model)"},
 	{"NET_GBPS", "", ReadInit, "the link between hosts in Gbit/s, as the tuner models it; unset: the slowest speed the ranks' interfaces report, else costs.txt's socket row"},
 	{"P2P_DISABLE", "0", ReadInit, "1: ranks of one process talk over shared memory (or sockets, with SHM_DISABLE) instead of reading each other's memory"},
 	{"SHM_DISABLE", "0", ReadInit, "1: ranks of one host talk over TCP sockets instead of shared memory (both ends publish it at init, so one rank setting it is enough for its pairs)"},

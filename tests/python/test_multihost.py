@@ -107,6 +107,28 @@ def test_every_collective_on_shaped_links(nhosts, per_host):
             assert f"[rank {r}] OK {r}" in out, out
 
 
+@pytest.mark.parametrize("encrypt", [("1", "1"), ("1", "0")], ids=["both", "one-host-only"])
+def test_encrypted_links_between_hosts(encrypt):
+    """GOCL_SOCKET_ENCRYPT=1 on every host: the collectives come out right over
+    sealed links between hosts (shm inside each). Set on one host only: every
+    rank fails at init naming the setting, none runs over garbage or hangs."""
+    with netns.two_hosts() as hosts:
+        procs = [subprocess.Popen(
+            h.cmd([str(BIN / "gocl"), "run", "--nnodes", "2", "--node-rank", str(k), "--master-addr", hosts[0].addr,
+                   "--master-port", str(PORT), "-n", "2", RANK_SCRIPT, "collectives"]),
+            env=_env(GOCL_SOCKET_IFNAME=netns.IFNAME, GOCL_TIMEOUT="20", GOCL_SOCKET_ENCRYPT=encrypt[k]),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for k, h in enumerate(hosts)]
+        outs = [p.communicate(timeout=90)[0] for p in procs]
+    for k, (p, out) in enumerate(zip(procs, outs)):
+        if encrypt[0] == encrypt[1]:
+            assert p.returncode == 0, out
+            for r in (2 * k, 2 * k + 1):
+                assert f"[rank {r}] OK {r}" in out, out
+        else:
+            assert p.returncode != 0, out
+            assert "GOCL_SOCKET_ENCRYPT" in out and "set GOCL_SOCKET_ENCRYPT the same on every rank" in out, out
+
+
 def _allreduce_choices(out: str) -> list[tuple[int, str]]:
     """(bytes, choice) rows of the allreduce section of the tuner's table."""
     rows, coll = [], None

@@ -510,8 +510,12 @@ func (l *link) recvPart(i int, want *wire.Header, dst []byte) error {
 // verdict, when its abort frame is waiting, wins over the error this end saw
 // (a deadline that passed, a reset after the peer closed with our frame
 // unread): it names the root cause.
-func (l *link) wrap(err error, what string) error {
-	if v := transport.ErrorOf(l.Failure()); v != nil && v.Kind != transport.KindPeerClosed {
+func (l *link) wrap(err error, what string) error { return l.wrapWith(l.Failure, err, what) }
+
+// wrapWith is wrap with the link's Failure given (an encrypted link's
+// recognises its peer's sealed abort frame).
+func (l *link) wrapWith(failure func() error, err error, what string) error {
+	if v := transport.ErrorOf(failure()); v != nil && v.Kind != transport.KindPeerClosed {
 		return transport.NewError(*v)
 	}
 	switch {
@@ -525,13 +529,27 @@ func (l *link) wrap(err error, what string) error {
 	return transport.PeerClosed(l.self, l.peer, err.Error())
 }
 
-// first keeps the first error of a join: the others are usually echoes.
+// first keeps the first error of a join (the others are usually echoes),
+// passing over parts that failed only because another part closed the link.
 func first(err error) error {
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var closed error
 		for _, e := range j.Unwrap() {
-			if e != nil {
-				return e
+			if e == nil {
+				continue
 			}
+			// a part that failed because another part closed the link is a
+			// consequence: the other part's error names the cause
+			if v := transport.ErrorOf(e); v != nil && v.Kind == transport.KindAborted {
+				if closed == nil {
+					closed = e
+				}
+				continue
+			}
+			return e
+		}
+		if closed != nil {
+			return closed
 		}
 	}
 	return err
