@@ -21,7 +21,7 @@ PYPERF  := python/gocl/_native/gocl-perf
 PERF_SOURCES := bench/gocl_perf.c bench/perf_common.c bench/perf_common.h tests/c/launch.c tests/c/launch.h capi/gocl.h
 DOCTOR_SOURCES := $(shell find cmd/gocl-doctor doctor -type f 2>/dev/null) go.mod $(wildcard go.sum)
 
-.PHONY: help lib run perf test test-go test-race test-c test-python test-engines test-slurm test-lightning test-ray slurm tmux test-torch27 test-torch-upstream test-torch-upstream-short venv pylib fuzz fuzz-short test-reliability bench bench-jax bench-multihost test-torchft torchft-short bench-torchft mpi clean wheels wheel-tools qemu test-sdist
+.PHONY: help lib run perf test test-go test-race test-c test-python test-engines test-slurm test-lightning test-ray slurm tmux test-torch27 test-torch-upstream test-torch-upstream-short venv pylib fuzz fuzz-short test-reliability bench bench-jax bench-multihost bench-encrypt test-torchft torchft-short bench-torchft mpi clean wheels wheel-tools qemu test-sdist
 
 help:
 	@echo "make run    - set up .venv, then the main job: examples/ddp_train.py (DDP) on 4 local ranks over gocl and gloo in turn"
@@ -38,6 +38,7 @@ help:
 	@echo "make fuzz   - run each fuzz target (Go, and from_env's id exchange) for FUZZTIME (default 30s)"
 	@echo "make test-torchft - gocl.torchft's tests and a short torchft run (kill, restart, heal) on gocl, gloo, babygloo; make bench-torchft: the timed run"
 	@echo "make bench-multihost - gocl vs torch gloo vs OpenMPI across hosts on shaped links (network namespaces, tc tbf; root), bench/MULTIHOST.md"
+	@echo "make bench-encrypt   - the cost of GOCL_SOCKET_ENCRYPT=1 on shaped links (1, 4 Gbit/s), unshaped and loopback, bench/ENCRYPT.md"
 	@echo "make test-reliability - multi-host over network namespaces (also torchrun), resource hygiene over 100,000 calls (long)"
 	@echo "make wheels - release files in $(DIST)/: the sdist and manylinux_2_17 wheels for x86_64 and aarch64, each checked"
 	@echo "make test-sdist - install the sdist where PATH has no Go and no C compiler (minutes)"
@@ -251,6 +252,15 @@ bench-multihost: venv mpi $(BUILD)/mpi-perf $(VENV)/.plot-installed
 	flock /tmp/gocl-cpu.lock $(PY) bench/multihost.py --hosts 2 --ranks-per-host 2 --rate $(MULTIHOST_RATE) $(MULTIHOST_ARGS)
 	flock /tmp/gocl-cpu.lock $(PY) bench/multihost.py --hosts 4 --ranks-per-host 1 --rate $(MULTIHOST_RATE) $(MULTIHOST_ARGS)
 	$(PY) bench/multihost.py --assemble
+
+# The cost of GOCL_SOCKET_ENCRYPT=1 (bench/ENCRYPT.md): gocl's all_reduce plain
+# and sealed, alternated, between 2 hosts on links shaped to 1 and 4 Gbit/s and
+# unshaped (bench/encrypt/), and one link both ways on loopback (go test -bench).
+bench-encrypt: venv $(VENV)/.plot-installed
+	flock /tmp/gocl-cpu.lock $(PY) bench/multihost.py --hosts 2 --ranks-per-host 1 --rate 1gbit --libs gocl --compare sealed=GOCL_SOCKET_ENCRYPT=1 --colls all_reduce --sizes 64K:64M --rounds 3 --out bench/encrypt
+	flock /tmp/gocl-cpu.lock $(PY) bench/multihost.py --hosts 2 --ranks-per-host 1 --rate 4gbit --libs gocl --compare sealed=GOCL_SOCKET_ENCRYPT=1 --colls all_reduce --sizes 64K:64M --rounds 3 --out bench/encrypt
+	flock /tmp/gocl-cpu.lock $(PY) bench/multihost.py --hosts 2 --ranks-per-host 1 --rate none --libs gocl --compare sealed=GOCL_SOCKET_ENCRYPT=1 --colls all_reduce --sizes 64K:64M --rounds 3 --out bench/encrypt
+	flock /tmp/gocl-cpu.lock $(GO) test -run '^$$' -bench 'BothWays(Link|Sealed)' -count 5 ./runtime/transport/socket/
 
 # matplotlib (the "plot" extra) for bench/busbw.png and `gocl perf --plot`.
 $(VENV)/.plot-installed: $(VENV)/.gocl-installed

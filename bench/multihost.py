@@ -449,8 +449,9 @@ def main(argv=None) -> int:
                   f"{rnd['raw_both_ways'] / 1e9:.4f} GB/s per direction", flush=True)
             for coll in colls:
                 rnd["times"][coll] = {}
-                order = libs[i % len(libs):] + libs[:i % len(libs)]  # who goes first rotates
-                for lib in order + list(compare):
+                every = libs + list(compare)
+                order = every[i % len(every):] + every[:i % len(every)]  # who goes first rotates
+                for lib in order:
                     port += 1
                     t0 = time.monotonic()
                     if lib in compare:

@@ -61,7 +61,7 @@ func BenchmarkBothWaysRaw(b *testing.B) {
 	bothWays(b, [2]end{raw(as[0]), raw(bs[0])})
 }
 
-func benchLinks(b *testing.B, conns int) {
+func benchLinks(b *testing.B, conns int, sealed bool) {
 	as, bs := dialPairs(b, conns)
 	link := func(l transport.Link) end {
 		out, in := make([]byte, benchSize), make([]byte, benchSize)
@@ -71,9 +71,22 @@ func benchLinks(b *testing.B, conns int) {
 			recv: func(i int) error { return l.RecvInto(frame(i), in) },
 		}
 	}
-	bothWays(b, [2]end{link(socket.New(as, 0, 1)), link(socket.New(bs, 1, 0))})
+	la, lb := socket.New(as, 0, 1), socket.New(bs, 1, 0)
+	if sealed {
+		o := socket.Options{Encrypt: true, Secret: testSecret}
+		var ea, eb error
+		if la, lb, ea, eb = connectPair(b, as, bs, o, o); ea != nil || eb != nil {
+			b.Fatal(ea, eb)
+		}
+	}
+	bothWays(b, [2]end{link(la), link(lb)})
 }
 
 // BenchmarkBothWaysLink: the same traffic through two socket Links.
-func BenchmarkBothWaysLink1(b *testing.B) { benchLinks(b, 1) }
-func BenchmarkBothWaysLink2(b *testing.B) { benchLinks(b, 2) }
+func BenchmarkBothWaysLink1(b *testing.B) { benchLinks(b, 1, false) }
+func BenchmarkBothWaysLink2(b *testing.B) { benchLinks(b, 2, false) }
+
+// BenchmarkBothWaysSealed: the same through encrypted links
+// (GOCL_SOCKET_ENCRYPT=1), for the cost of sealing on loopback.
+func BenchmarkBothWaysSealed1(b *testing.B) { benchLinks(b, 1, true) }
+func BenchmarkBothWaysSealed2(b *testing.B) { benchLinks(b, 2, true) }
