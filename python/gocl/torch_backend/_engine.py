@@ -137,7 +137,7 @@ class Engine:
         self.size = size
         self.global_ranks = global_ranks
         self.group_id = group_id
-        self.executor = Executor(f"{group_id}:{rank}")
+        self.executor = Executor(f"{group_id}:{rank}", self.where())
         self._shut = False
         self.seq = 0  # operations issued (torch's "sequence number for group")
         self.store = None  # the group's store (monitored_barrier); set by create()
@@ -273,7 +273,7 @@ class Engine:
             rc = fn(*args, h, ex.stream_handle())
             if rc:
                 _core.check(rc, h)
-            return ex.queued(result, keep)
+            return ex.queued(result, keep, getattr(fn, "__name__", None))
 
     # ------------------------------------------------------------ allreduce
     def _allreduce_steps(self, t: torch.Tensor, red: _types.Reduction):
@@ -335,7 +335,7 @@ class Engine:
                         rc = self._c_all_reduce(p, p, t.numel(), fast[0], fast[1], h, ex.stream_handle())
                         if rc:
                             _core.check(rc, h)
-                        return ex.queued([t])
+                        return ex.queued([t], name="allreduce")
         return self._allreduce(tensors, opts if opts is not None else AllreduceOptions())
 
     def _allreduce(self, tensors, opts) -> GoclWork:
@@ -363,7 +363,7 @@ class Engine:
                 rc = self._c_all_reduce(p, p, v.numel(), red.gocl_dtype, red.gocl_op, h, ex.stream_handle())
                 if rc:
                     _core.check(rc, h)
-                return ex.queued([t])
+                return ex.queued([t], name="allreduce")
         issue, finish = self._allreduce_steps(t, red)
         return self._submit(Task("allreduce", issue, finish, [t], [t]), opts, is_async)
 

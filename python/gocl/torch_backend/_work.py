@@ -57,6 +57,7 @@ from torch._C import Future as _CFuture
 from torch.futures import Future
 
 from .. import _core, _lib
+from ..errors import GoclTimeoutError
 from ._staging import DeviceSync, direct
 
 
@@ -167,7 +168,7 @@ class _Mark:
     def query(self) -> bool:
         return self.done or self._seen(_event_query(self.ev))
 
-    def wait(self, seconds: float = 0.0) -> None:
+    def wait(self, seconds: float = 0.0, what: str = "the operation") -> None:
         if self.done:
             return
         me = threading.get_ident()
@@ -179,7 +180,11 @@ class _Mark:
             deadline = time.monotonic() + seconds
             while not self.query():
                 if time.monotonic() >= deadline:
-                    raise TimeoutError(f"gocl {self.ex.name}: operation did not complete within {seconds:g} s")
+                    # a RuntimeError, as gloo's (code written `except RuntimeError` sees it)
+                    raise GoclTimeoutError(
+                        f"gocl: {what} on {self.ex.where} did not complete within Work.wait's timeout of "
+                        f"{seconds:g} s; it is still queued or running: wait() again to go on waiting, or "
+                        f"abort the group to give it up")
                 time.sleep(0.0002)
         finally:
             self.ex.waiters.discard(me)
@@ -211,6 +216,7 @@ class StreamWork(dist.Work):
     _state = None  # None, True (done) or _FAILED
     _future: Future | None = None  # get_future()'s: _source, then _outcome
     _source: Future | None = None  # settled with (error or None, result) once the work is done
+    _name = "the operation"  # what a Work with no tasks (Executor.queued) ran, for messages
 
     def __init__(self, ex: Executor, tasks, result):
         super().__init__()
@@ -265,11 +271,16 @@ class StreamWork(dist.Work):
             if self._mark is None and self._err is None:
                 self._ex.flush()
             if self._mark is not None:
-                self._mark.wait(_seconds(timeout))
+                self._mark.wait(_seconds(timeout), self._what())
             self._complete()
         if self._state is _FAILED:
             raise self._err
         return True
+
+    def _what(self) -> str:
+        names = [t.name for t in self._tasks] or [self._name]
+        return names[0] if len(names) == 1 else f"{len(names)} operations ({', '.join(names[:4])}" + \
+            (", ...)" if len(names) > 4 else ")")
 
     def is_completed(self) -> bool:
         if self._state is None and self._ready():
@@ -415,8 +426,9 @@ def _settle_at_exit() -> None:
 class Executor:
     """Issues one group's tasks in submission order (see module docstring)."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, where: str | None = None):
         self.name = name
+        self.where = where or f"group {name}"  # for messages: the group and this rank in it
         self.lock = threading.RLock()
         self._stream: _core.Stream | None = None
         self._inflight: collections.deque = collections.deque()  # (mark, [works]) in stream order
@@ -481,11 +493,13 @@ class Executor:
         else:
             self._events.append(ev)
 
-    def queued(self, result, keep=None) -> StreamWork:
+    def queued(self, result, keep=None, name: str | None = None) -> StreamWork:
         """The Work of gocl calls just queued on the stream by the caller
         (under the lock), with no task to finish: result holds the tensors,
-        keep what else the calls use (their inputs)."""
+        keep what else the calls use (their inputs), name the operation."""
         work = StreamWork(self, (), result)
+        if name is not None:
+            work._name = name
         if keep is not None:
             work._keep = keep
         mark = work._mark = self.mark()
