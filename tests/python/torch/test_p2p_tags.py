@@ -52,3 +52,68 @@ def test_wait_timeout_raises_gocl_timeout_error(impl):
         else:
             store.wait(["timed_out"], datetime.timedelta(seconds=20))
             dist.send(torch.full((4,), 5.0), 0)
+
+
+@pytest.mark.ranks(2)
+@pytest.mark.parametrize("backend", ["gloo", "gocl"])
+def test_tags_in_swapped_order_are_never_swapped(backend):
+    """Rank 0 sends tag 7 then tag 3; rank 1 posts irecv(tag=3) then
+    irecv(tag=7). gloo matches by tag; gocl delivers in the order sent, so
+    each receive fails naming both tags: never the other tag's data."""
+    with group(backend=backend) as (rank, world):
+        if rank == 0:
+            ws = [dist.isend(torch.full((4,), 7.0), 1, tag=7), dist.isend(torch.full((4,), 3.0), 1, tag=3)]
+            for w in ws:
+                w.wait()
+        else:
+            a, b = torch.zeros(4), torch.zeros(4)
+            wa, wb = dist.irecv(a, 0, tag=3), dist.irecv(b, 0, tag=7)
+            if backend == "gloo":
+                wa.wait()
+                wb.wait()
+                assert a.tolist() == [3.0] * 4 and b.tolist() == [7.0] * 4
+            else:
+                for w, want, got in ((wa, 3, 7), (wb, 7, 3)):
+                    with pytest.raises(RuntimeError) as info:
+                        w.wait()
+                    msg = str(info.value)
+                    assert f"sent with tag {got}" in msg and f"tag={want}" in msg and "rank 1" in msg, msg
+                    assert "in the order" in msg, msg
+                assert a.tolist() == [0.0] * 4 and b.tolist() == [0.0] * 4  # nothing delivered
+        # the pair (and the group) stay usable
+        x = torch.full((2,), float(rank + 1))
+        dist.all_reduce(x)
+        assert x.tolist() == [3.0, 3.0]
+
+
+@pytest.mark.ranks(2)
+@pytest.mark.parametrize("backend", ["gloo", "gocl"])
+def test_tags_in_order_and_tag_zero(backend):
+    """Tags posted in the order sent (nonzero, mixed with 0, batched) arrive
+    as on gloo; a receive from any source takes a tag too."""
+    with group(backend=backend) as (rank, world):
+        tags = [0, 3, 7, 0, 2, 123456]
+        if rank == 0:
+            ws = [dist.isend(torch.full((5,), float(i)), 1, tag=t) for i, t in enumerate(tags)]
+            dist.send(torch.arange(3, dtype=torch.int32), 1, tag=9)
+            for w in ws:
+                w.wait()
+            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.full((2,), 11.0), 1, tag=4),
+                                           dist.P2POp(dist.isend, torch.full((2,), 12.0), 1, tag=0)])
+            for r in reqs:
+                r.wait()
+        else:
+            outs = [torch.zeros(5) for _ in tags]
+            ws = [dist.irecv(o, 0, tag=t) for o, t in zip(outs, tags)]
+            for w in ws:
+                w.wait()
+            assert [o.tolist() for o in outs] == [[float(i)] * 5 for i in range(len(tags))]
+            y = torch.zeros(3, dtype=torch.int32)
+            assert dist.recv(y, tag=9) == 0  # any source
+            assert y.tolist() == [0, 1, 2]
+            p, q = torch.zeros(2), torch.zeros(2)
+            reqs = dist.batch_isend_irecv([dist.P2POp(dist.irecv, p, 0, tag=4),
+                                           dist.P2POp(dist.irecv, q, 0, tag=0)])
+            for r in reqs:
+                r.wait()
+            assert p.tolist() == [11.0, 11.0] and q.tolist() == [12.0, 12.0]
