@@ -50,10 +50,15 @@ What to know:
   wait_all_ranks=...)`` on the group itself. Queued isend/irecv run together, in one gocl group, when one
   of them is waited on (or the group's next call is made): which ones is
   decided by program order, never by a timer (see ``_work``). An isend
-  nobody waits for goes out with the group's next call: a rank that then
-  blocks on something else (another group, the store) before calling this
-  group again holds it back, so wait on it first. ``batch_isend_irecv``
-  always runs its ops together.
+  nobody waits for goes out with the next call on this or any other gocl
+  group of the process (an isend to the next pipeline stage, then a
+  collective on another group, completes as on gloo); a rank that blocks
+  on something else (the store) first holds it back, so wait on it first.
+  ``batch_isend_irecv`` always runs its ops together. Tags travel with
+  their messages: gocl delivers a rank's messages in the order sent, so a
+  receive meets the next message, and one sent with another tag fails
+  naming both tags rather than delivering it (gloo reorders by tag; post
+  receives in the order the peer sends).
 * gocl has no bitwise reductions: BAND/BOR/BXOR gather every rank's data
   and reduce locally. Complex tensors reduce as real pairs (SUM, AVG,
   PREMUL_SUM with a real factor). Other unsupported dtype/op pairs raise a

@@ -29,7 +29,15 @@ submitted:
   wait() on one of their Works (or get_future(), is_completed()) releases
   every point-to-point task submitted so far; any other call on the group
   issues them first; destroying the group issues the rest. So a send
-  nobody waits for goes out with the group's next call.
+  nobody waits for goes out with the group's next call, or with the next
+  call on any other group of the process (which issues every group's
+  held-back tasks first): ``isend`` to the next pipeline stage, then a
+  collective on a data-parallel group that the receiver joins only after
+  its ``recv``, completes as on gloo. (A ring split by such a call,
+  ``isend(next)``, another group's call, then ``irecv(prev)``, sends
+  before it receives: fine where the transport buffers the message, a
+  deadlock until the timeout for a message too large for it; keep a
+  ring's send and receive together, or in batch_isend_irecv.)
 
   (gocl runs one operation per communicator at a time, and a started gocl
   group takes no new members. A timer that released tasks, as
@@ -192,6 +200,22 @@ class _Mark:
     def __del__(self):
         if self.ev is not None:
             self.ex.release_event(self.ev)
+
+
+# Executors holding point-to-point tasks back (see the module docstring).
+# Any other group's call releases them first: a send nobody waited on must
+# not wait for this group's next call while the program blocks in another
+# group's collective that the receiver reaches only after the receive (the
+# pipeline-parallel pattern; gloo starts an isend at once).
+_holding: set = set()
+
+
+def _release_others(me) -> None:
+    """Issue the point-to-point tasks every executor but me holds back
+    (called without me's lock held: each takes its own)."""
+    for ex in list(_holding):
+        if ex is not me:
+            ex.flush(others=False)
 
 
 _FAILED = object()
@@ -463,8 +487,11 @@ class Executor:
 
     # fast path ----------------------------------------------------------------
     def inline_ok(self) -> bool:
-        """Whether a synchronous host call may go straight to gocl's NULL
-        stream (nothing held back or being collected)."""
+        """Whether a host call may go straight to gocl (nothing held back
+        or being collected); other groups' held-back sends and receives
+        are issued first."""
+        if _holding:
+            _release_others(self)
         return not (self._p2p or self._batch is not None or self._closed)
 
     def stream_handle(self) -> int:
@@ -530,6 +557,8 @@ class Executor:
 
     # submission -----------------------------------------------------------
     def submit(self, task: Task, async_op: bool):
+        if _holding and not task.p2p and self._batch is None:
+            _release_others(self)  # before this call can block on a peer
         with self.lock:
             if self._closed:
                 raise RuntimeError(f"gocl {self.name}: the process group was shut down")
@@ -540,6 +569,7 @@ class Executor:
                 return work
             if task.p2p:
                 self._p2p.append((task, work))
+                _holding.add(self)
                 return work
             if self._p2p:
                 self._flush_locked()
@@ -588,14 +618,19 @@ class Executor:
             _core.check(rc)
 
     # releasing, draining --------------------------------------------------
-    def flush(self) -> None:
-        """Issue every point-to-point task held back so far."""
+    def flush(self, others: bool = True) -> None:
+        """Issue every point-to-point task held back so far (other groups'
+        first unless others is false: this group's may be about to be
+        waited for)."""
+        if others and self._p2p and _holding:
+            _release_others(self)
         with self.lock:
             if self._p2p:
                 self._flush_locked()
 
     def _flush_locked(self) -> None:
         held, self._p2p = self._p2p, []
+        _holding.discard(self)
         i = 0
         while i < len(held):
             if held[i][0].blocking:  # a receive from any source: alone, after what is queued
@@ -637,6 +672,8 @@ class Executor:
     def drain(self) -> None:
         """Issue what is held back, then wait until everything issued has
         finished (errors stay with their Works)."""
+        if _holding:
+            _release_others(self)
         with self.lock:
             if self._p2p:
                 self._flush_locked()
@@ -650,6 +687,7 @@ class Executor:
                 self.drain()
             finally:
                 self._closed = True
+                _holding.discard(self)
                 events, self._events = self._events, []
                 for ev in events:
                     _event_destroy(ev)

@@ -117,3 +117,55 @@ def test_tags_in_order_and_tag_zero(backend):
             for r in reqs:
                 r.wait()
             assert p.tolist() == [11.0, 11.0] and q.tolist() == [12.0, 12.0]
+
+
+@pytest.mark.ranks(2, timeout=90)
+@pytest.mark.parametrize("backend", ["gloo", "gocl"])
+@pytest.mark.parametrize("recv_first", [True, False], ids=["recv_first", "recv_after"])
+def test_unwaited_isend_then_collective_on_another_group(backend, recv_first):
+    """Pipeline parallel: rank 0 isends to rank 1 (not waited) on the world
+    group, then both all_reduce on a new_group; rank 1 receives before
+    (recv_first) or after the all_reduce. Completes at once, as on gloo (a
+    short GOCL_TIMEOUT makes a regression fail rather than hang long)."""
+    os.environ["GOCL_TIMEOUT"] = "5"
+    with group(timeout_s=5, backend=backend) as (rank, world):
+        sub = dist.new_group([0, 1])
+        dist.barrier(group=sub)  # sub is connected: the time below is the pattern's
+        t0 = time.monotonic()
+        y = torch.zeros(4)
+        if rank == 0:
+            w = dist.isend(torch.full((4,), 7.0), 1)
+        elif recv_first:
+            dist.recv(y, 0)
+        x = torch.full((3,), float(rank + 1))
+        dist.all_reduce(x, group=sub)
+        assert x.tolist() == [3.0] * 3
+        if rank == 0:
+            w.wait()
+        else:
+            if not recv_first:
+                dist.recv(y, 0)
+            assert y.tolist() == [7.0] * 4
+        took = time.monotonic() - t0
+        assert took < 3, f"{backend}: took {took:.1f} s"
+
+
+def test_another_groups_call_releases_held_p2p(monkeypatch):
+    """The executors alone (gocl calls stubbed out): an isend held back by
+    one group goes out before a call on another group, and before another
+    group's own held-back tasks are waited for."""
+    from gocl.torch_backend import _work
+
+    ran = []
+    monkeypatch.setattr(_work, "run_tasks", lambda tasks, stream: ran.append([t.name for t in tasks]))
+    a, b = _work.Executor("a:0"), _work.Executor("b:0")
+    try:
+        a.submit(_work.Task("send", None, p2p=True), async_op=True)
+        b.submit(_work.Task("allreduce", None), async_op=True).wait()
+        assert ran == [["send"], ["allreduce"]]
+        a.submit(_work.Task("send2", None, p2p=True), async_op=True)
+        b.submit(_work.Task("recv", None, p2p=True), async_op=True).wait()
+        assert ran[2:] == [["send2"], ["recv"]]
+    finally:
+        a.close()
+        b.close()
