@@ -18,10 +18,13 @@ PY      := $(VENV)/bin/python
 PYLIB   := python/gocl/_native/libgocl.so
 PYDOCTOR := python/gocl/_native/gocl-doctor
 PYPERF  := python/gocl/_native/gocl-perf
+# gocl behind MPItrampoline's MPI ABI (JAX_CPU_COLLECTIVES_IMPLEMENTATION=mpi, MPITRAMPOLINE_LIB=$(gocl mpi-abi)).
+PYMPIABI := python/gocl/_native/libgocl_mpiabi.so
+MPIABI_SOURCES := mpiabi/gocl_mpiabi.c mpiabi/mpiabi_stubs.c mpiabi/mpiabi_consts.h capi/gocl.h
 PERF_SOURCES := bench/gocl_perf.c bench/perf_common.c bench/perf_common.h tests/c/launch.c tests/c/launch.h capi/gocl.h
 DOCTOR_SOURCES := $(shell find cmd/gocl-doctor doctor -type f 2>/dev/null) go.mod $(wildcard go.sum)
 
-.PHONY: help lib run perf test test-go test-race test-c test-python test-engines test-slurm test-lightning test-ray slurm tmux test-torch27 test-torch-upstream test-torch-upstream-short venv pylib fuzz fuzz-short test-reliability bench bench-jax bench-multihost bench-encrypt test-torchft torchft-short bench-torchft mpi clean wheels wheel-tools qemu test-sdist
+.PHONY: mpiabi-gen test-mpiabi help lib run perf test test-go test-race test-c test-python test-engines test-slurm test-lightning test-ray slurm tmux test-torch27 test-torch-upstream test-torch-upstream-short venv pylib fuzz fuzz-short test-reliability bench bench-jax bench-multihost bench-encrypt test-torchft torchft-short bench-torchft mpi clean wheels wheel-tools qemu test-sdist
 
 help:
 	@echo "make run    - set up .venv, then the main job: examples/ddp_train.py (DDP) on 4 local ranks over gocl and gloo in turn"
@@ -55,7 +58,7 @@ $(BUILD)/libgocl.so: $(SOURCES)
 # mapped keeps it instead of crashing on a rewritten file.
 # gocl-doctor (NVML via go-nvml, never inside libgocl.so) and gocl-perf (the
 # benchmark `gocl perf` runs, linked to the libgocl.so beside it) sit next to it.
-pylib: $(PYLIB) $(PYDOCTOR) $(PYPERF)
+pylib: $(PYLIB) $(PYDOCTOR) $(PYPERF) $(PYMPIABI)
 
 $(PYLIB): $(SOURCES)
 	@mkdir -p $(@D)
@@ -72,10 +75,21 @@ $(PYPERF): $(PERF_SOURCES) $(PYLIB)
 	$(CC) -O2 -Wall -Wextra -Icapi -Itests/c bench/gocl_perf.c bench/perf_common.c tests/c/launch.c -L$(@D) -lgocl -lpthread -lm $(RPATH) -o $(@D)/.tmp-gocl-perf
 	@mv -f $(@D)/.tmp-gocl-perf $@
 
+# mpiabi/mpiabi_stubs.c and mpiabi_consts.h are generated (committed): `make mpiabi-gen`
+# remakes them from MPItrampoline's tables (MPITRAMPOLINE_SRC: its source tree or git dir).
+$(PYMPIABI): $(MPIABI_SOURCES) $(PYLIB)
+	$(CC) -O2 -Wall -Wextra -shared -fPIC -fvisibility=hidden -Icapi -Impiabi mpiabi/gocl_mpiabi.c mpiabi/mpiabi_stubs.c \
+		-L$(@D) -lgocl -lpthread -Wl,--no-undefined $(RPATH) -o $(@D)/.tmp-libgocl_mpiabi.so
+	@mv -f $(@D)/.tmp-libgocl_mpiabi.so $@
+
+MPITRAMPOLINE_SRC ?= /work/.mirror/eschnett+MPItrampoline/repo
+mpiabi-gen:
+	$(PYTHON3) mpiabi/gen_stubs.py $(MPITRAMPOLINE_SRC)
+
 # uv comes from PyPI when missing; an existing .venv is reused. The editable
 # install's build hook (hatch_build.py) builds $(PYLIB), $(PYDOCTOR) and $(PYPERF) too;
 # their rules keep them fresh afterwards when only Go sources change.
-venv: $(VENV)/.gocl-installed $(PYLIB) $(PYDOCTOR) $(PYPERF)
+venv: $(VENV)/.gocl-installed $(PYLIB) $(PYDOCTOR) $(PYPERF) $(PYMPIABI)
 
 $(VENV)/.gocl-installed: pyproject.toml hatch_build.py
 	@$(UV) --version >/dev/null 2>&1 || $(PYTHON3) -m pip install --quiet uv

@@ -184,15 +184,15 @@ class CArtifact:
     (tc.cc: a cross build targets the wheel's platform) and linked to the
     libgocl.so built before it, found beside it at run time (rpath $ORIGIN)."""
 
-    def __init__(self, name: str, sources: tuple[str, ...]) -> None:
-        self.name, self.sources = name, sources
+    def __init__(self, name: str, sources: tuple[str, ...], flags: tuple[str, ...] = ()) -> None:
+        self.name, self.sources, self.flags = name, sources, flags
 
     def wanted(self, root: Path) -> bool:
         return all((root / src).is_file() for src in self.sources)
 
     def build(self, tc: Toolchain, root: Path, out: Path) -> Path:
         return _replace(out / self.name, lambda tmp: tc.run(
-            [*tc.cc, "-O2", "-Wall", "-Icapi", "-Itests/c", *self.sources, f"-L{out}", "-lgocl", "-lpthread", "-lm",
+            [*tc.cc, "-O2", "-Wall", "-Icapi", "-Itests/c", *self.flags, *self.sources, f"-L{out}", "-lgocl", "-lpthread", "-lm",
              "-Wl,-rpath,$ORIGIN", "-o", str(tmp)], root))
 
 
@@ -205,6 +205,9 @@ ARTIFACTS = [
                switch="GOCL_BUILD_DOCTOR"),
     # `gocl perf` runs it: nccl-tests' benchmark over the C API.
     CArtifact("gocl-perf", ("bench/gocl_perf.c", "bench/perf_common.c", "tests/c/launch.c")),
+    # `gocl mpi-abi` names it: gocl behind MPItrampoline's MPI ABI (JAX's CPU collectives over MPI).
+    CArtifact("libgocl_mpiabi.so", ("mpiabi/gocl_mpiabi.c", "mpiabi/mpiabi_stubs.c"),
+              ("-shared", "-fPIC", "-fvisibility=hidden", "-Impiabi")),
 ]
 
 

@@ -1,4 +1,4 @@
-"""The ``gocl`` command: ``gocl run`` (launcher), ``gocl version``, ``gocl doctor``, ``gocl perf``, ``gocl trace``, ``gocl status`` and ``gocl top``."""
+"""The ``gocl`` command: ``gocl run`` (launcher), ``gocl mpi-abi``, ``gocl version``, ``gocl doctor``, ``gocl perf``, ``gocl trace``, ``gocl status`` and ``gocl top``."""
 
 from __future__ import annotations
 
@@ -131,6 +131,18 @@ def _cmd_top(args: argparse.Namespace) -> int:
     return top_main(interval=args.interval, once=args.once, directory=args.dir, connect=args.connect)
 
 
+def _cmd_mpi_abi(args: argparse.Namespace) -> int:
+    from .launcher import mpi_abi_path
+
+    lib = mpi_abi_path()
+    if not lib.is_file():
+        print(f"gocl mpi-abi: {lib} is missing: reinstall gocl from a wheel, or run `make venv` in the source tree",
+              file=sys.stderr)
+        return 1
+    print(lib)
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gocl", description="gocl: collective communication in Go (NCCL-shaped)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -157,6 +169,13 @@ def parser() -> argparse.ArgumentParser:
                      help="seconds the other ranks get after SIGTERM before SIGKILL, when one fails (default 5)")
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="the program and its arguments ([--] cmd ...)")
     run.set_defaults(func=_cmd_run)
+
+    mpi = sub.add_parser(
+        "mpi-abi", help="print the path of gocl's MPI ABI library (JAX's CPU collectives over gocl)",
+        description="Prints the path of libgocl_mpiabi.so, gocl behind MPItrampoline's MPI ABI: a JAX program run "
+                    "with JAX_CPU_COLLECTIVES_IMPLEMENTATION=mpi and MPITRAMPOLINE_LIB=$(gocl mpi-abi) (gocl run "
+                    "sets both) runs its cross-process CPU collectives over gocl.")
+    mpi.set_defaults(func=_cmd_mpi_abi)
 
     ver = sub.add_parser("version", help="print the Python package's and the library's versions")
     ver.set_defaults(func=_cmd_version)

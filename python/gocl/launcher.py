@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import BinaryIO, Sequence
 
 from ._supervise import describe_exit, kill_running, signal_group, stop, watch
@@ -76,6 +77,29 @@ def rank_env(rank: int, world_size: int, master_addr: str, master_port: int,
     # Many ranks on few cores: one OpenMP thread each unless told otherwise (torchrun does the same).
     if gworld > 1:
         env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def mpi_abi_path() -> Path:
+    """gocl's library with MPItrampoline's MPI ABI (``gocl mpi-abi`` prints
+    it): JAX with JAX_CPU_COLLECTIVES_IMPLEMENTATION=mpi and
+    MPITRAMPOLINE_LIB naming it runs its CPU collectives over gocl.
+    GOCL_MPIABI_LIB names another build."""
+    from ._locate import path
+
+    return path("libgocl_mpiabi.so", "GOCL_MPIABI_LIB")
+
+
+def jax_mpi_env(env: dict[str, str]) -> dict[str, str]:
+    """Points JAX's cross-process CPU collectives at gocl (the MPI door:
+    JAX_CPU_COLLECTIVES_IMPLEMENTATION=mpi, MPITRAMPOLINE_LIB=gocl's MPI ABI
+    library), each unless the user set it; nothing when the library is
+    missing or the user chose other collectives. JAX reads them only once
+    jax.distributed is initialized."""
+    lib = mpi_abi_path()
+    if lib.is_file() and env.get("JAX_CPU_COLLECTIVES_IMPLEMENTATION", "mpi") == "mpi":
+        env.setdefault("JAX_CPU_COLLECTIVES_IMPLEMENTATION", "mpi")
+        env.setdefault("MPITRAMPOLINE_LIB", str(lib))
     return env
 
 
@@ -170,7 +194,8 @@ def launch(cmd: Sequence[str], nprocs: int, *, master_addr: str = "127.0.0.1", m
     try:
         for r in range(nprocs):
             try:
-                env = rank_env(r, nprocs, master_addr, port, nnodes=nnodes, node_rank=node_rank, secret=secret)
+                env = jax_mpi_env(rank_env(r, nprocs, master_addr, port, nnodes=nnodes, node_rank=node_rank,
+                                           secret=secret))
                 p = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
             except OSError as e:
