@@ -82,6 +82,10 @@ $(PYMPIABI): $(MPIABI_SOURCES) $(PYLIB)
 		-L$(@D) -lgocl -lpthread -Wl,--no-undefined $(RPATH) -o $(@D)/.tmp-libgocl_mpiabi.so
 	@mv -f $(@D)/.tmp-libgocl_mpiabi.so $@
 
+# JAX through the MPI door on 4 processes (a 2x2 mesh) besides make test's 2-process tests.
+test-mpiabi: venv
+	GOCL_TEST_MPIABI_LONG=1 $(PY) -m pytest tests/python/test_jax_mpi_abi.py -q
+
 MPITRAMPOLINE_SRC ?= /work/.mirror/eschnett+MPItrampoline/repo
 mpiabi-gen:
 	$(PYTHON3) mpiabi/gen_stubs.py $(MPITRAMPOLINE_SRC)

@@ -663,6 +663,7 @@ EXPORT int MPIABI_Comm_test_inter(uintptr_t h, int* flag) {
 static int comm_split(comm* p, int color, int key, uintptr_t* out, const char* what) {
   int err = GOCL_MPI_SUCCESS;
   int n = p->size;
+  comm* made = NULL;
   const char* check = getenv("GOCL_MPIABI_SPLIT_CHECK");
   int strict = !(check != NULL && strcmp(check, "0") == 0);
   int64_t mine[3], *all = malloc(sizeof(int64_t) * 3 * (size_t)n);
@@ -731,14 +732,17 @@ static int comm_split(comm* p, int color, int key, uintptr_t* out, const char* w
     goto out;
   }
   comm_setup(c, g);
-  pthread_mutex_lock(&state_mu);
-  c->next = live;
-  live = c;
-  pthread_mutex_unlock(&state_mu);
-  *out = (uintptr_t)c;
+  made = c;
 out:
   if (p->ctl == p->g) pthread_mutex_unlock(&p->mu);
   pthread_mutex_unlock(&p->ctl_mu);
+  if (made != NULL) { /* state_mu is never taken under a communicator's lock */
+    pthread_mutex_lock(&state_mu);
+    made->next = live;
+    live = made;
+    pthread_mutex_unlock(&state_mu);
+    *out = (uintptr_t)made;
+  }
   free(all);
   free(seen);
   return err;
@@ -746,7 +750,8 @@ out:
 
 EXPORT int MPIABI_Comm_split(uintptr_t h, int color, int key, uintptr_t* newcomm) {
   int err;
-  if (finalized()) { *newcomm = GOCL_MPI_COMM_NULL; return GOCL_MPI_SUCCESS; }
+  *newcomm = GOCL_MPI_COMM_NULL;
+  if (finalized()) return GOCL_MPI_SUCCESS;
   comm* p = get_comm(h, "MPI_Comm_split", &err);
   if (p == NULL) return err;
   if (color < 0 && color != GOCL_MPI_UNDEFINED)
@@ -756,7 +761,8 @@ EXPORT int MPIABI_Comm_split(uintptr_t h, int color, int key, uintptr_t* newcomm
 
 EXPORT int MPIABI_Comm_dup(uintptr_t h, uintptr_t* newcomm) {
   int err;
-  if (finalized()) { *newcomm = GOCL_MPI_COMM_NULL; return GOCL_MPI_SUCCESS; }
+  *newcomm = GOCL_MPI_COMM_NULL;
+  if (finalized()) return GOCL_MPI_SUCCESS;
   comm* p = get_comm(h, "MPI_Comm_dup", &err);
   if (p == NULL) return err;
   return comm_split(p, 0, p->rank, newcomm, "MPI_Comm_dup");

@@ -146,6 +146,21 @@ static void* worker(void* arg) {
   }
   for (int i = 0; i < size; i++) CHECK(recvb[i] == 1000 * i + rank, "all-to-all block %d: %d", i, recvb[i]);
 
+  /* A round whose keys cannot be one clique's (every rank key 5 of color 0),
+   * as when ranks split in different orders: every rank fails it with a
+   * sentence, and the next round works. */
+  uintptr_t bad = 12345;
+  err = FN(split_fn, Comm_split)(world, 0, 5, &bad);
+  error_string(err, msg);
+  CHECK(err != 0 && bad == 0 && strstr(msg, "different orders") != NULL, "bad split: %d %s", err, msg);
+  uintptr_t again = 0;
+  err = FN(split_fn, Comm_split)(world, rank % 2, rank / 2, &again);
+  error_string(err, msg);
+  CHECK(err == 0 && again != 0, "split after a failed one: %s", msg);
+  FN(int_fn, Comm_size)(again, &psize);
+  CHECK(psize == (size - rank % 2 + 1) / 2, "split by parity: size %d", psize);
+  CHECK(FN(int (*)(uintptr_t*), Comm_free)(&again) == 0, "free");
+
   err = FN(int (*)(uintptr_t), Barrier)(world);
   CHECK(err == 0, "MPI_Barrier");
   err = FN(int (*)(uintptr_t*), Comm_free)(&pair);

@@ -1,0 +1,94 @@
+"""One rank of test_jax_mpi_abi.py: an unchanged JAX program (it names
+nothing of gocl) whose collectives go through JAX's MPI door, which
+`gocl run` points at gocl's MPI ABI library (JAX_CPU_COLLECTIVES_IMPLEMENTATION
+and MPITRAMPOLINE_LIB). Every collective's result is checked against numpy
+on every rank; prints "jax_mpi_rank: OK" at the end.
+
+JAX_MPI_TEST_PORT: jax.distributed's coordinator port (gocl's id exchange
+holds MASTER_PORT). JAX_MPI_TEST_MESH=2x2: also a 2-D mesh (4 ranks), its
+axis collectives over sub-communicators.
+"""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+jax.distributed.initialize(f"127.0.0.1:{os.environ['JAX_MPI_TEST_PORT']}", num_processes=world, process_id=rank)
+assert jax.config.jax_cpu_collectives_implementation == "mpi", jax.config.jax_cpu_collectives_implementation
+assert jax.process_count() == world and len(jax.devices()) == world, jax.devices()
+
+try:
+    from jax import shard_map
+except ImportError:  # older JAX
+    from jax.experimental.shard_map import shard_map
+
+N = 8  # elements per rank
+
+
+def local_input(r: int, dtype) -> np.ndarray:
+    """Rank r's block: different on every rank, exact in every dtype used."""
+    return ((np.arange(N) * (r + 1) + 3 * r) % 11 - 4).astype(dtype)
+
+
+def run(mesh: Mesh, axis, fn, x_local: np.ndarray, out_spec=P("x")):
+    """fn under shard_map over axis, jitted; returns this rank's output block."""
+    spec = P(axis)
+    sharding = NamedSharding(mesh, spec)
+    x = jax.make_array_from_process_local_data(sharding, x_local)
+    f = jax.jit(shard_map(fn, mesh=mesh, in_specs=spec, out_specs=out_spec))
+    out = f(x)
+    out.block_until_ready()
+    return np.asarray(out.addressable_shards[0].data)
+
+
+def check(name: str, got: np.ndarray, want: np.ndarray) -> None:
+    assert got.dtype == want.dtype, (name, got.dtype, want.dtype)
+    if not np.array_equal(got, want):
+        raise AssertionError(f"{name} on rank {rank}: got {got}, want {want}")
+
+
+mesh = Mesh(np.array(jax.devices()), ("x",))
+ins = {dt: [local_input(r, dt) for r in range(world)] for dt in (np.float32, np.float64, np.int32, np.int8)}
+
+for dt, blocks in ins.items():
+    stack = np.stack(blocks)
+    check(f"psum {dt.__name__}", run(mesh, "x", lambda v: jax.lax.psum(v, "x"), blocks[rank]), stack.sum(0).astype(dt))
+    check(f"pmax {dt.__name__}", run(mesh, "x", lambda v: jax.lax.pmax(v, "x"), blocks[rank]), stack.max(0))
+    check(f"pmin {dt.__name__}", run(mesh, "x", lambda v: jax.lax.pmin(v, "x"), blocks[rank]), stack.min(0))
+
+f32 = ins[np.float32]
+stack = np.stack(f32)
+# all_gather (tiled): every rank gets every block, in rank order.
+check("all_gather", run(mesh, "x", lambda v: jax.lax.all_gather(v, "x", tiled=True), f32[rank]),
+      np.concatenate(f32))
+# psum_scatter: rank r gets block r of the sum.
+per = N // world
+check("psum_scatter", run(mesh, "x", lambda v: jax.lax.psum_scatter(v, "x", tiled=True), f32[rank]),
+      stack.sum(0)[rank * per:(rank + 1) * per])
+# ppermute: a ring, rank r gets rank r-1's block.
+perm = [(i, (i + 1) % world) for i in range(world)]
+check("ppermute", run(mesh, "x", lambda v: jax.lax.ppermute(v, "x", perm), f32[rank]), f32[(rank - 1) % world])
+# all_to_all: block j of rank r goes to rank j; rank r gets block r of every rank.
+check("all_to_all", run(mesh, "x", lambda v: jax.lax.all_to_all(v, "x", 0, 0, tiled=True), f32[rank]),
+      np.concatenate([f32[j][rank * per:(rank + 1) * per] for j in range(world)]))
+# complex psum and bool (PRED travels as uint8) all_gather.
+c = [(local_input(r, np.float32) + 1j * local_input(r + 1, np.float32)).astype(np.complex64) for r in range(world)]
+check("psum complex64", run(mesh, "x", lambda v: jax.lax.psum(v, "x"), c[rank]), np.stack(c).sum(0))
+b = [local_input(r, np.int32) > 0 for r in range(world)]
+check("all_gather bool", run(mesh, "x", lambda v: jax.lax.all_gather(v, "x", tiled=True), b[rank]), np.concatenate(b))
+
+if os.environ.get("JAX_MPI_TEST_MESH") == "2x2":
+    assert world == 4, world
+    mesh2 = Mesh(np.array(jax.devices()).reshape(2, 2), ("a", "b"))
+    row, col = divmod(rank, 2)  # this rank's device sits at (row, col)
+    blocks = ins[np.float32]
+    x_local = blocks[rank].reshape(1, N)
+    for axis, members in (("a", [col, 2 + col]), ("b", [2 * row, 2 * row + 1])):
+        got = run(mesh2, ("a", "b"), lambda v, ax=axis: jax.lax.psum(v, ax), x_local, out_spec=P(("a", "b")))
+        check(f"2x2 psum over {axis}", got.reshape(N), np.stack([blocks[m] for m in members]).sum(0))
+
+print(f"jax_mpi_rank: OK rank {rank} of {world}", flush=True)
