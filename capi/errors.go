@@ -14,18 +14,32 @@ import (
 	"gocl/runtime/status"
 )
 
-// Last errors, as C strings that stay valid until the next failure on the
-// same communicator or thread (goclGetLastError's contract).
+// Last errors. A thread's own last error is a C string only that thread
+// reads, freed by its next failure (goclGetLastError(NULL)'s contract). A
+// communicator's last error is kept as a Go string and handed to each
+// reading thread as that thread's own C copy, freed only by the same thread's
+// next read of that communicator that finds a different message, or by the
+// communicator's destroy: a failing call on another thread never frees a
+// string a reader holds (it did: a reader could get a string another
+// thread's failure had just freed, issue 39).
 var (
 	errMu       sync.Mutex
-	commErrs    = map[uintptr]*C.char{}
+	commErrs    = map[uintptr]string{}
 	threadErrs  = map[int]*C.char{}
+	readerErrs  = map[reader]*C.char{}
 	emptyString = C.CString("")
 )
 
+// reader is one thread's view of one communicator's last error.
+type reader struct {
+	tid  int
+	comm uintptr
+}
+
 // keep stores msg in *slot. An identical message keeps the old string, so a
 // pointer the caller holds stays valid when a query (goclCommGetAsyncError)
-// reports the error it already explained.
+// reports the error it already explained. Only the thread that reads *slot
+// may replace it.
 func keep(slot **C.char, msg string) {
 	if *slot != nil {
 		if C.GoString(*slot) == msg {
@@ -49,9 +63,7 @@ func record(comm uintptr, err error) C.int {
 	errMu.Lock()
 	defer errMu.Unlock()
 	if comm != 0 {
-		s := commErrs[comm]
-		keep(&s, msg)
-		commErrs[comm] = s
+		commErrs[comm] = msg
 	}
 	s := threadErrs[tid]
 	keep(&s, msg)
@@ -60,22 +72,25 @@ func record(comm uintptr, err error) C.int {
 }
 
 // explain gives comm a message for an error found by a query (which itself
-// succeeded), unless it has one: strings handed out stay valid.
+// succeeded), unless it has one.
 func explain(comm uintptr, err error) {
 	errMu.Lock()
 	defer errMu.Unlock()
-	if commErrs[comm] == nil {
-		commErrs[comm] = C.CString(err.Error())
+	if _, ok := commErrs[comm]; !ok {
+		commErrs[comm] = err.Error()
 	}
 }
 
-// forget drops a destroyed communicator's message.
+// forget drops a destroyed communicator's message and its readers' copies.
 func forget(comm uintptr) {
 	errMu.Lock()
-	if s := commErrs[comm]; s != nil {
-		C.free(unsafe.Pointer(s))
-	}
 	delete(commErrs, comm)
+	for r, s := range readerErrs {
+		if r.comm == comm {
+			C.free(unsafe.Pointer(s))
+			delete(readerErrs, r)
+		}
+	}
 	errMu.Unlock()
 }
 
@@ -92,12 +107,17 @@ func guard(rc *C.int, comm uintptr) {
 func goclgoGetLastError(comm C.uintptr_t) (out *C.char) {
 	out = emptyString
 	defer func() { recover() }()
+	tid := syscall.Gettid()
 	errMu.Lock()
 	defer errMu.Unlock()
-	if s := commErrs[uintptr(comm)]; s != nil {
+	if msg, ok := commErrs[uintptr(comm)]; ok && comm != 0 {
+		r := reader{tid, uintptr(comm)}
+		s := readerErrs[r]
+		keep(&s, msg)
+		readerErrs[r] = s
 		return s
 	}
-	if s := threadErrs[syscall.Gettid()]; s != nil {
+	if s := threadErrs[tid]; s != nil {
 		return s
 	}
 	return emptyString
