@@ -8,9 +8,22 @@
  *
  * Every call returns a goclResult_t. On failure goclGetLastError(comm) returns
  * a sentence that says what failed, on which rank, and what to do about it.
- * No call ever aborts the host process. After fork() every call in the child
- * returns goclInvalidUsage: start worker processes with spawn/forkserver, or
- * exec, instead.
+ * No call aborts the host process, with one exception no library can check:
+ * buffers smaller than the count says (a C pointer carries no size). Like
+ * memcpy with too large a size, that is undefined behaviour: the call reads
+ * and writes past the buffers, and may corrupt memory silently; when it
+ * touches memory the process does not have, the process exits (status 2)
+ * with one line on stderr that names the call. After fork() every call in
+ * the child returns goclInvalidUsage: start worker processes with
+ * spawn/forkserver, or exec, instead.
+ *
+ * One call at a time per communicator: a second thread's call on a comm
+ * while another thread is in a call on it (outside a group, on the NULL
+ * stream) fails at once with goclInvalidUsage, since it would be paired with
+ * the peers' calls in arrival order. Use one communicator per thread, or
+ * drive several calls from one thread between goclGroupStart/goclGroupEnd.
+ * Calls queued on a stream, and calls made from different threads one after
+ * the other, are fine.
  */
 #ifndef GOCL_H_
 #define GOCL_H_
@@ -113,9 +126,12 @@ goclResult_t goclGetVersion(int* version);
 const char* goclGetErrorString(goclResult_t result);
 
 /* The last error seen by comm, as a full sentence; with comm == NULL (or an
- * init that produced no comm) the last error of the calling thread. The string
- * stays valid until the next failing call on the same comm/thread. Returns ""
- * when there was none. */
+ * init that produced no comm) the last error of the calling thread. Returns ""
+ * when there was none. Safe from any thread: the string is the calling
+ * thread's own copy, which no other thread's call frees. It stays valid until
+ * this thread's next goclGetLastError of the same comm returns a different
+ * message, or comm is destroyed (comm == NULL: until this thread's next
+ * failing call). */
 const char* goclGetLastError(goclComm_t comm);
 
 /* ---------------------------------------------------------- communicators */
@@ -248,7 +264,10 @@ goclResult_t goclRedOpDestroy(goclRedOp_t op, goclComm_t comm);
  *   ReduceScatter:  recvbuff == sendbuff + rank*recvcount elements
  *   Gather:         sendbuff == recvbuff + root's rank*sendcount (at root)
  *   Scatter:        recvbuff == sendbuff + rank*recvcount (at root)
- *   AlltoAll cannot run in place.
+ *   AlltoAll cannot run in place (sendbuff == recvbuff is refused).
+ * Rooted calls also accept the root's sendbuff == recvbuff for Gather and
+ * Scatter (the root's own block then lands where the rule says); ReduceScatter
+ * and AllGather accept sendbuff == recvbuff too.
  * Every rank must call the same collectives in the same order with matching
  * count, datatype, op and root; a mismatch fails on every rank with a message
  * that names both calls. */

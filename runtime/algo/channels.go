@@ -55,6 +55,8 @@ func (c *Ctx) split(nch, count int, part func(ch *Ctx, lo, hi int) error) error 
 				}
 			}()
 			defer status.Catch(&errs[i])
+			defer c.catchFault() // a count larger than the buffers
+			panicOnFault()
 			lo, hi := span(count, nch, i)
 			errs[i] = part(c.channel(i), lo, hi)
 		}()

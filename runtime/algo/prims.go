@@ -368,6 +368,8 @@ func (p *prims) loop() {
 	var err error
 	defer func() { p.done <- err }()
 	defer status.Catch(&err)
+	defer p.c.catchFault() // a count larger than the buffers
+	panicOnFault()
 	var batch []sendReq
 	for {
 		p.mu.Lock()

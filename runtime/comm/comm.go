@@ -49,6 +49,7 @@ type Comm struct {
 	eager                 []transport.Link   // links that are not transport.DeadlineSharers: SetDeadline at every call
 
 	opMu    sync.Mutex // one operation at a time; held for the whole call
+	calling atomic.Bool // a thread is in a blocking call on the comm (claim)
 	seq     uint64     // collective calls so far
 	sendSeq []uint64   // point-to-point sends to each peer so far
 	recvSeq []uint64

@@ -19,8 +19,11 @@ func (c *Comm) execute(ops []*Op) (err error) {
 		return err
 	}
 	defer c.leave(&err)
+	var running *Op // the op a memory fault is blamed on
+	defer c.catchFault(&running, faulting())
 	var p2p []*Op
 	for _, op := range ops {
+		running = op
 		if op.Coll == wire.SendRecv {
 			p2p = append(p2p, op)
 			continue
@@ -28,6 +31,9 @@ func (c *Comm) execute(ops []*Op) (err error) {
 		if err := c.collective(op); err != nil {
 			return err
 		}
+	}
+	if len(p2p) > 0 {
+		running = p2p[0]
 	}
 	return c.pointToPoint(p2p)
 }
@@ -38,6 +44,7 @@ func (c *Comm) executeOne(op *Op) (err error) {
 		return err
 	}
 	defer c.leave(&err)
+	defer c.catchFault(&op, faulting())
 	return c.collective(op)
 }
 

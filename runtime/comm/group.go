@@ -61,12 +61,41 @@ func (g *Group) Run() error {
 			return b.comm.execute(b.ops)
 		})
 	}
+	for i, b := range now {
+		if err := b.comm.claim(b.ops[0]); err != nil {
+			for _, o := range now[:i] {
+				o.comm.unclaim()
+			}
+			return err
+		}
+	}
 	run := func(b *batch) error {
+		defer b.comm.unclaim()
 		b.comm.waitQueued() // the NULL stream waits for the comm's queued work, as CUDA's legacy stream does
 		return b.comm.execute(b.ops)
 	}
 	return status.Parallel(len(now), func(i int) error { return run(now[i]) })
 }
+
+// claim marks a blocking call (one on the NULL stream: a collective, a
+// group's share, a receive from any rank) as this communicator's, or fails
+// at once when another thread is in one. Two threads' calls on one
+// communicator would be paired with the peers' calls in arrival order, and
+// with equal counts their results silently swapped. Calls queued on a
+// stream are ordered by it and are not claims; a call from another thread
+// after this one returned is fine.
+func (c *Comm) claim(op *Op) error {
+	if c.calling.CompareAndSwap(false, true) {
+		return nil
+	}
+	return status.Errorf(status.InvalidUsage,
+		"%s on rank %d: another thread is in a call on this communicator right now: one call at a time per communicator "+
+			"(concurrent calls would be matched with the other ranks' calls in arrival order, mixing their results); "+
+			"use one communicator per thread, or make the calls from one thread between goclGroupStart and goclGroupEnd",
+		op.name(), c.rank)
+}
+
+func (c *Comm) unclaim() { c.calling.Store(false) }
 
 // Run executes a single call. A collective on the NULL stream runs right
 // here, on the caller's thread, without a Group: the small-message path
@@ -78,6 +107,10 @@ func (c *Comm) Run(s *stream.Stream, op Op) error {
 		if err := c.prepare(&op); err != nil {
 			return err
 		}
+		if err := c.claim(&op); err != nil {
+			return err
+		}
+		defer c.unclaim()
 		c.waitQueued()
 		return c.executeOne(&op)
 	}

@@ -44,6 +44,10 @@ func (c *Comm) RecvAny(buf unsafe.Pointer, count int, typ kernels.DataType) (pee
 		}
 		probers[p] = pr
 	}
+	if err := c.claim(op); err != nil {
+		return -1, err
+	}
+	defer c.unclaim()
 	c.waitQueued()
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
@@ -54,6 +58,7 @@ func (c *Comm) RecvAny(buf unsafe.Pointer, count int, typ kernels.DataType) (pee
 		}
 		c.prog.leave()
 	}()
+	defer c.catchFault(&op, faulting())
 	c.armDeadline()
 	waiting := func(p int) bool {
 		if pk, ok := probers[p].(transport.Peeker); ok {
