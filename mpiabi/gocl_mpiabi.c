@@ -404,7 +404,10 @@ static int form_world(void) {
     }
     if (addr == NULL || *addr == '\0') addr = "127.0.0.1";
     goclUniqueId id;
-    r = goclExchangeUniqueId(&id, addr, port, rank, size, MPIABI_ROUND, NULL, -1.0);
+    /* gocl run's secret; without it (a launcher that sets none) anyone who
+     * reaches addr:port can fetch the id, as with from_env. */
+    const char* secret = getenv("GOCL_RENDEZVOUS_SECRET");
+    r = goclExchangeUniqueId(&id, addr, port, rank, size, MPIABI_ROUND, secret ? secret : "", -1.0);
     if (r != goclSuccess) {
       snprintf(init_error, sizeof init_error, "rank %d of %d: the id exchange through %s:%d failed: %s", rank, size,
                addr, port, goclGetLastError(NULL));

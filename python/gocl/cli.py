@@ -69,6 +69,9 @@ def _run_as_task(cmd: list[str], args: argparse.Namespace, w) -> int:
                PYTHONUNBUFFERED="1")
     if w.local_size:
         env["LOCAL_WORLD_SIZE"] = str(w.local_size)
+    from .launcher import jax_mpi_env
+
+    jax_mpi_env(env)  # JAX's CPU collectives over gocl's MPI ABI, unless the user chose
     if cmd[0].endswith(".py"):
         cmd = [sys.executable, *cmd]
     sys.stdout.flush()

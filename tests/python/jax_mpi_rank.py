@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+jax.config.update("jax_enable_x64", True)  # float64 and complex128 travel as themselves
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 jax.distributed.initialize(f"127.0.0.1:{os.environ['JAX_MPI_TEST_PORT']}", num_processes=world, process_id=rank)
 assert jax.config.jax_cpu_collectives_implementation == "mpi", jax.config.jax_cpu_collectives_implementation
@@ -52,7 +53,7 @@ def check(name: str, got: np.ndarray, want: np.ndarray) -> None:
 
 
 mesh = Mesh(np.array(jax.devices()), ("x",))
-ins = {dt: [local_input(r, dt) for r in range(world)] for dt in (np.float32, np.float64, np.int32, np.int8)}
+ins = {dt: [local_input(r, dt) for r in range(world)] for dt in (np.float32, np.float64, np.int32, np.int64, np.int8, np.int16, np.uint8)}
 
 for dt, blocks in ins.items():
     stack = np.stack(blocks)
