@@ -132,3 +132,10 @@ def test_jax_4_processes_and_a_2x2_mesh_over_gocl(tmp_path):
     seen = run_jax(tmp_path, 4, 300, JAX_MPI_TEST_MESH="2x2")
     assert seen["AllReduce"] >= 4 * 21 and seen["ReduceScatter"] >= 4, seen
     assert seen["Send"] >= 4 * 4 and seen["Recv"] >= 4 * 4, seen
+
+
+def test_dead_peer_fails_the_survivors_call_naming_it(tmp_path):
+    env = clean_env(JAX_MPI_TEST_PORT=str(free_port()), JAX_PLATFORMS="cpu", GOCL_TIMEOUT="60")
+    r = gocl_run(2, [sys.executable, str(ROOT / "tests" / "python" / "jax_mpi_dead_rank.py")], env, 180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rank 0: psum failed after" in r.stdout and "naming rank 1" in r.stdout, r.stdout + r.stderr
