@@ -336,7 +336,7 @@ WHEEL_FILES := $(foreach p,$(WHEEL_PLATFORMS),$(DIST)/gocl-$(VERSION)-py3-none-$
 SDIST := $(DIST)/gocl-$(VERSION).tar.gz
 # What goes into a wheel: rebuilt only when one of these changes.
 PACKAGE_INPUTS := $(SOURCES) $(DOCTOR_SOURCES) $(filter-out python/gocl/_version.py,$(shell find python/gocl -name '*.py')) pyproject.toml \
-	hatch_build.py README.md $(wildcard packaging/*.py packaging/*.c)
+	hatch_build.py README.md $(wildcard packaging/*.py packaging/*.c) $(MPIABI_SOURCES)
 wheels: $(SDIST) $(WHEEL_FILES) wheel-tools
 	$(WHEEL_TOOLS)/bin/python packaging/check_wheel.py $(WHEEL_FILES)
 
