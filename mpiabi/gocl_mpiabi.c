@@ -642,26 +642,32 @@ EXPORT int MPIABI_Comm_test_inter(uintptr_t h, int* flag) {
  *  - each round first all-gathers (color, key, round) and checks it before
  *    any communicator is made: every color's keys must be 0..n-1, each once
  *    (XLA's splits always are). Ranks that took their splits in different
- *    orders show up here as a color with a key twice or a gap, and every
- *    rank fails the split with the same sentence naming the ranks, instead
- *    of making communicators of the wrong ranks (silent wrong results).
+ *    orders mostly show up here as a color with a key twice or a gap, and
+ *    then every rank fails the split with the same sentence naming the
+ *    ranks, instead of making communicators of the wrong ranks (silent
+ *    wrong results); see the hazard below for the ones that do not.
  *    GOCL_MPIABI_SPLIT_CHECK=0 turns the check off for MPI programs that
  *    split with arbitrary keys (MPI allows equal keys);
  *  - a round that some rank never joins fails after GOCL_TIMEOUT, naming
  *    the missing rank (gocl's own timeout), instead of hanging.
  *
  * Remaining hazard: a split still needs every rank of the parent to make
- * its n-th split. Ranks that create cliques in different orders get an
- * error, not a deadlock and not wrong groups, except when the misordered
- * rounds happen to be consistent (the same colors with the same keys on
- * the same ranks, e.g. two cliques over the same ranks with the same first
- * device): then the communicators are swapped, which is harmless, since
- * they have the same members in the same order. And a rank that waits in a
- * split while its peers wait for it in a collective that the split's
- * thread must run first (XLA runs one executable's collectives in order)
- * times out instead of finishing. Removing the order requirement needs the
- * clique's members in the call (e.g. MPI_Comm_create_group with a group
- * built from the device list), which XLA does not pass.
+ * its n-th split, and the round's check cannot see every misordering. It
+ * catches the ones that leave a color with a key twice or a gap (on a 2x2
+ * mesh, rank 0 asking for its row while rank 2 asks for its column: color
+ * 0 gets key 1 twice). A misordering whose round still looks like cliques
+ * passes: ranks 0 and 2 asking for their rows while ranks 1 and 3 ask for
+ * their columns make colors {0}, {2} and {1, 3}, each keys 0..n-1, and
+ * ranks 0 and 2 get communicators of one rank for their rows: wrong
+ * results without an error. And a rank that waits in a split while its
+ * peers wait for it in a collective that the split's thread must run
+ * first (XLA runs one executable's collectives in order) times out
+ * instead of finishing. XLA creates a clique when a collective first runs
+ * on it, so ranks running the same program make their splits in the same
+ * order; the hazard needs executables that create cliques concurrently in
+ * different orders on different ranks. Removing it needs the clique's
+ * members in the call (e.g. MPI_Comm_create_group with a group made from
+ * the device list), which XLA does not pass.
  */
 static int comm_split(comm* p, int color, int key, uintptr_t* out, const char* what) {
   int err = GOCL_MPI_SUCCESS;
