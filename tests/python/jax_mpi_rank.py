@@ -137,4 +137,22 @@ if os.environ.get("JAX_MPI_TEST_MESH") == "2x2":
         got = run(mesh2, ("a", "b"), lambda v, ax=axis: jax.lax.psum(v, ax), x_local, out_spec=P(("a", "b")))
         check(f"2x2 psum over {axis}", got.reshape(N), np.stack([blocks[m] for m in members]).sum(0))
 
+    # JAX_MPI_TEST_STRESS=N: N psum_scatter calls over each axis of the 2x2 mesh, each checked.
+    calls = int(os.environ.get("JAX_MPI_TEST_STRESS", "0"))
+    if calls:
+        M = 4096
+        fns = {ax: jax.jit(shard_map(lambda v, ax=ax: jax.lax.psum_scatter(v, ax, scatter_dimension=1, tiled=True),
+                                     mesh=mesh2, in_specs=P(("a", "b")), out_specs=P(("a", "b"))))
+               for ax in ("a", "b")}
+        sh = NamedSharding(mesh2, P(("a", "b")))
+        for i in range(calls):
+            ax = "ab"[i % 2]
+            members = [col, 2 + col] if ax == "a" else [2 * row, 2 * row + 1]
+            mine = members.index(rank)
+            data = [(np.arange(M, dtype=np.float32) % 97 + 7 * r + i % 13).reshape(1, M) for r in range(world)]
+            got = np.asarray(fns[ax](jax.make_array_from_process_local_data(sh, data[rank])).addressable_shards[0].data)
+            want = np.stack([data[m] for m in members]).sum(0)[:, mine * (M // 2):(mine + 1) * (M // 2)]
+            check(f"psum_scatter over {ax} #{i}", got, want)
+        print(f"jax_mpi_rank: {calls} psum_scatter calls checked", flush=True)
+
 print(f"jax_mpi_rank: OK rank {rank} of {world}", flush=True)

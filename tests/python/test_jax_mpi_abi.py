@@ -13,7 +13,9 @@ MPI ABI over gocl.
   numpy, and gocl's metrics files show the calls (a fall-back to gloo
   writes none);
 - the same on 4 processes, and a 2x2 mesh's axis collectives over
-  sub-communicators (make test-mpiabi runs the file 3 times in a row).
+  sub-communicators; 1000 psum_scatter calls on the 2x2 mesh, each checked;
+- a peer that exits fails the survivor's next call, naming it.
+make test-mpiabi runs the file 3 times in a row.
 """
 
 from __future__ import annotations
@@ -139,3 +141,9 @@ def test_dead_peer_fails_the_survivors_call_naming_it(tmp_path):
     r = gocl_run(2, [sys.executable, str(ROOT / "tests" / "python" / "jax_mpi_dead_rank.py")], env, 180)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "rank 0: psum failed after" in r.stdout and "naming rank 1" in r.stdout, r.stdout + r.stderr
+
+
+def test_1000_psum_scatter_on_a_2x2_mesh(tmp_path):
+    # each of 1000 calls (over the mesh's two axes in turn) checked on every rank
+    seen = run_jax(tmp_path, 4, 400, JAX_MPI_TEST_MESH="2x2", JAX_MPI_TEST_STRESS="1000")
+    assert seen["ReduceScatter"] >= 4 * 1000, seen
