@@ -35,6 +35,7 @@ help:
 	@echo "make test-torch-upstream - torch's whole distributed suite on gloo and gocl, 2 ranks, compared in RESULTS.md (long; make test runs a subset)"
 	@echo "make test-engines - the launchers and trainers for real: srun on a throwaway Slurm cluster, Lightning's Trainer.fit (own venv $(VENVPL)); make test runs them"
 	@echo "make test-ray - gocl.ray: ray.util.collective backend and TorchTrainer vs gloo on a local Ray cluster, two nodes in namespaces (own venv $(VENVRAY); long)"
+	@echo "make test-mpiabi - JAX's own CPU collectives over gocl's MPI ABI library (libgocl_mpiabi.so), its tests 3 times; make mpiabi-gen regenerates its stubs"
 	@echo "make test-python - the Python suite (numpy API, launcher, pytest plugin, packaging, torch backend) in $(VENV)"
 	@echo "make bench  - gocl vs OpenMPI allreduce side by side, 2 and 4 ranks, checked against the goals (installs OpenMPI if missing)"
 	@echo "make bench-jax - gocl.jax vs JAX's gloo psum, mpi4jax (installed here over Debian's Open MPI) and gocl's numpy API, 2 processes"
