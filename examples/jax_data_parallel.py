@@ -6,6 +6,11 @@ jitted step.
 
 Every rank ends with the same parameters (checked with all_gather), equal to
 what full-batch training on one process reaches.
+
+This is the explicit route (gocl.jax's FFI collectives, named in the step).
+For an unchanged JAX program, whose jax.lax.psum or sharded jit keeps JAX's
+own collectives and runs them over gocl's MPI ABI under `gocl run`, copy
+examples/jax_train.py instead.
 """
 
 from __future__ import annotations
