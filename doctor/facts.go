@@ -77,7 +77,8 @@ type Facts struct {
 	Kernel            *Kernel           `json:"kernel,omitempty"`
 	Libraries         map[string]string `json:"libraries,omitempty"` // soname -> path, "" when not found
 	GoRuntimes        *GoRuntimes       `json:"go_runtimes,omitempty"`
-	Missing           map[string]string `json:"missing,omitempty"` // fact -> why it is missing
+	MPILibrary        *MPILibrary       `json:"mpi_library,omitempty"` // what MPITRAMPOLINE_LIB names, when set
+	Missing           map[string]string `json:"missing,omitempty"`     // fact -> why it is missing
 	Extra             map[string]any    `json:"extra,omitempty"`
 }
 
@@ -186,6 +187,7 @@ type Python struct {
 	StartMethodDefault string `json:"start_method_default,omitempty"` // multiprocessing's default
 	GoclPath           string `json:"gocl_path,omitempty"`            // the gocl package, when importable
 	GoclNativeLib      string `json:"gocl_native_lib,omitempty"`      // its libgocl.so, "" when absent
+	GoclMPIABILib      string `json:"gocl_mpi_abi_lib,omitempty"`     // its libgocl_mpiabi.so (gocl mpi-abi), "" when absent
 	Error              string `json:"error,omitempty"`
 }
 
@@ -220,6 +222,17 @@ type GoObject struct {
 	GoVersion string `json:"go_version,omitempty"`
 	BuildMode string `json:"build_mode,omitempty"`
 	Module    string `json:"module,omitempty"`
+}
+
+// MPILibrary is the library MPITRAMPOLINE_LIB names: the MPI that JAX's
+// cross-process CPU collectives load through jaxlib's MPItrampoline when
+// JAX_CPU_COLLECTIVES_IMPLEMENTATION=mpi.
+type MPILibrary struct {
+	Path   string `json:"path"`              // MPITRAMPOLINE_LIB as set
+	Exists bool   `json:"exists"`            // the file is there
+	MPIABI bool   `json:"mpi_abi,omitempty"` // it defines mpiwrapper_version_major and MPIABI_Init (MPItrampoline's ABI)
+	Gocl   bool   `json:"gocl,omitempty"`    // it is gocl's MPI ABI (libgocl_mpiabi.so: gocl_mpiabi_unsupported)
+	Error  string `json:"error,omitempty"`   // why its symbols could not be read
 }
 
 // MarkMissing records why a fact could not be gathered.

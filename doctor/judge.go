@@ -32,15 +32,16 @@ func (o *outcome) add(rule string, vars map[string]any) { o.hits = append(o.hits
 // checks maps each check id of the knowledge base to the Go code that
 // evaluates it (check_<id>.go). TestEveryCheckHasCode keeps the two in step.
 var checks = map[string]func(*judge) outcome{
-	"nvml":       (*judge).checkNVML,
-	"libraries":  (*judge).checkLibraries,
-	"torch-arch": (*judge).checkTorchArch,
-	"driver":     (*judge).checkDriver,
-	"nccl":       (*judge).checkNCCL,
-	"p2p":        (*judge).checkP2P,
-	"jax":        (*judge).checkJAX,
-	"process":    (*judge).checkProcess,
-	"env":        (*judge).checkEnv,
+	"nvml":            (*judge).checkNVML,
+	"libraries":       (*judge).checkLibraries,
+	"torch-arch":      (*judge).checkTorchArch,
+	"driver":          (*judge).checkDriver,
+	"nccl":            (*judge).checkNCCL,
+	"p2p":             (*judge).checkP2P,
+	"jax":             (*judge).checkJAX,
+	"jax-collectives": (*judge).checkJAXCollectives,
+	"process":         (*judge).checkProcess,
+	"env":             (*judge).checkEnv,
 }
 
 // Judge evaluates every check of the knowledge base against the facts.

@@ -328,6 +328,150 @@ var scenarios = []scenario{
 		wantNot: []string{"jax-no-gpu"},
 	},
 	{
+		name: "JAX on CPU with gocl's MPI ABI selected", fixture: "cpu-jax-gocl-mpi-abi.json",
+		wantNot: jaxCollectivesRules,
+		check: func(t *testing.T, r *Report) {
+			v := verdict(t, r, "jax-collectives")
+			if v.Status != "pass" || v.Detail != "gocl's MPI ABI ("+goclMPIABI+")" {
+				t.Errorf("verdict %+v", v)
+			}
+		},
+	},
+	{
+		name: "JAX's default collectives: gloo, and how to switch", fixture: "cpu-jax-gocl-mpi-abi.json",
+		mutate: func(f *Facts) {
+			delete(f.Env, "JAX_CPU_COLLECTIVES_IMPLEMENTATION")
+			delete(f.Env, "MPITRAMPOLINE_LIB")
+			f.MPILibrary = nil
+		},
+		want: []string{"jax-collectives-gloo"},
+		check: func(t *testing.T, r *Report) {
+			f := finding(t, r, "jax-collectives-gloo")
+			for _, s := range []string{"gloo (JAX's default)", "gocl run use gocl's MPI ABI"} {
+				if !strings.Contains(f.Message, s) {
+					t.Errorf("message lacks %q: %s", s, f.Message)
+				}
+			}
+			for _, s := range []string{"export JAX_CPU_COLLECTIVES_IMPLEMENTATION=mpi MPITRAMPOLINE_LIB=$(gocl mpi-abi)", "gocl run -n N", goclMPIABI} {
+				if !strings.Contains(f.Fix, s) {
+					t.Errorf("fix lacks %q: %s", s, f.Fix)
+				}
+			}
+			if strings.Contains(f.Fix, "unset") || f.Severity != "info" || verdict(t, r, "jax-collectives").Status != "note" {
+				t.Errorf("finding %+v", f)
+			}
+		},
+	},
+	{
+		name: "gloo chosen, MPITRAMPOLINE_LIB left set", fixture: "cpu-jax-gocl-mpi-abi.json",
+		mutate: func(f *Facts) { f.Env["JAX_CPU_COLLECTIVES_IMPLEMENTATION"] = "gloo" },
+		want:   []string{"jax-collectives-gloo"},
+		check: func(t *testing.T, r *Report) {
+			f := finding(t, r, "jax-collectives-gloo")
+			if !strings.Contains(f.Message, "JAX_CPU_COLLECTIVES_IMPLEMENTATION=gloo") || !strings.Contains(f.Message, "runs no collective over it unless") ||
+				!strings.Contains(f.Fix, "unset JAX_CPU_COLLECTIVES_IMPLEMENTATION") {
+				t.Errorf("finding %s / %s", f.Message, f.Fix)
+			}
+		},
+	},
+	{
+		name: "mpi selected, MPITRAMPOLINE_LIB unset", fixture: "cpu-jax-gocl-mpi-abi.json",
+		mutate: func(f *Facts) { delete(f.Env, "MPITRAMPOLINE_LIB"); f.MPILibrary = nil },
+		want:   []string{"jax-collectives-mpi-no-lib"}, errors: true,
+		check: func(t *testing.T, r *Report) {
+			f := finding(t, r, "jax-collectives-mpi-no-lib")
+			if !strings.Contains(f.Message, "MPITRAMPOLINE_LIB is not set") || !strings.Contains(f.Fix, "export MPITRAMPOLINE_LIB=$(gocl mpi-abi)") {
+				t.Errorf("finding %s / %s", f.Message, f.Fix)
+			}
+		},
+	},
+	{
+		name: "mpi selected, MPITRAMPOLINE_LIB names a missing file", fixture: "cpu-jax-gocl-mpi-abi.json",
+		mutate: func(f *Facts) {
+			f.Env["MPITRAMPOLINE_LIB"] = "/opt/old/libgocl_mpiabi.so"
+			f.MPILibrary = &MPILibrary{Path: "/opt/old/libgocl_mpiabi.so"}
+		},
+		want: []string{"jax-collectives-mpi-lib-unusable"}, errors: true,
+		check: func(t *testing.T, r *Report) {
+			if f := finding(t, r, "jax-collectives-mpi-lib-unusable"); !strings.Contains(f.Message, "/opt/old/libgocl_mpiabi.so, which does not exist") {
+				t.Errorf("message: %s", f.Message)
+			}
+		},
+	},
+	{
+		name: "mpi selected, MPITRAMPOLINE_LIB names the MPI itself", fixture: "cpu-jax-gocl-mpi-abi.json",
+		mutate: func(f *Facts) {
+			f.Env["MPITRAMPOLINE_LIB"] = "/usr/lib/x86_64-linux-gnu/libmpi.so.40"
+			f.MPILibrary = &MPILibrary{Path: "/usr/lib/x86_64-linux-gnu/libmpi.so.40", Exists: true}
+		},
+		want: []string{"jax-collectives-mpi-lib-unusable"}, errors: true,
+		check: func(t *testing.T, r *Report) {
+			if f := finding(t, r, "jax-collectives-mpi-lib-unusable"); !strings.Contains(f.Message, "not a library with MPItrampoline's MPI ABI") {
+				t.Errorf("message: %s", f.Message)
+			}
+		},
+	},
+	{
+		name: "gloo, but MPITRAMPOLINE_LIB names a missing file: import jax exits", fixture: "cpu-jax-gocl-mpi-abi.json",
+		mutate: func(f *Facts) {
+			delete(f.Env, "JAX_CPU_COLLECTIVES_IMPLEMENTATION")
+			f.Env["MPITRAMPOLINE_LIB"] = "/opt/old/libgocl_mpiabi.so"
+			f.MPILibrary = &MPILibrary{Path: "/opt/old/libgocl_mpiabi.so"}
+			// the JAX probe itself exited: MPItrampoline loads the library with jaxlib
+			f.JAX = nil
+			f.MarkMissing("jax", `jax probe with /home/ada/venv/bin/python: exit status 1: MPItrampoline: Could not dlopen library "/opt/old/libgocl_mpiabi.so"`)
+		},
+		want: []string{"jax-collectives-mpi-lib-unusable"}, wantNot: []string{"jax-collectives-gloo"}, errors: true,
+		check: func(t *testing.T, r *Report) {
+			f := finding(t, r, "jax-collectives-mpi-lib-unusable")
+			if !strings.Contains(f.Message, "import jax exits 1") || !strings.Contains(f.Message, "even though") || !strings.Contains(f.Fix, "or unset MPITRAMPOLINE_LIB") {
+				t.Errorf("finding %s / %s", f.Message, f.Fix)
+			}
+		},
+	},
+	{
+		name: "mpi over another MPI wrapper", fixture: "cpu-jax-gocl-mpi-abi.json",
+		mutate: func(f *Facts) {
+			f.Env["MPITRAMPOLINE_LIB"] = "/opt/mpiwrapper/lib/libmpiwrapper.so"
+			f.MPILibrary = &MPILibrary{Path: "/opt/mpiwrapper/lib/libmpiwrapper.so", Exists: true, MPIABI: true}
+		},
+		want: []string{"jax-collectives-other-mpi"},
+		check: func(t *testing.T, r *Report) {
+			f := finding(t, r, "jax-collectives-other-mpi")
+			if !strings.Contains(f.Message, "another MPI library, /opt/mpiwrapper/lib/libmpiwrapper.so") ||
+				!strings.Contains(f.Fix, "export MPITRAMPOLINE_LIB=$(gocl mpi-abi) (gocl mpi-abi prints "+goclMPIABI+")") {
+				t.Errorf("finding %s / %s", f.Message, f.Fix)
+			}
+		},
+	},
+	{
+		name: "JAX_CPU_COLLECTIVES_IMPLEMENTATION jax does not accept", fixture: "cpu-jax-gocl-mpi-abi.json",
+		mutate: func(f *Facts) {
+			f.Env["JAX_CPU_COLLECTIVES_IMPLEMENTATION"] = "MPI"
+			f.JAX = &JAX{Error: `ValueError: Invalid value "MPI" for JAX flag jax_cpu_collectives_implementation`}
+		},
+		want: []string{"jax-collectives-invalid", "jax-import-failed"}, errors: true,
+		check: func(t *testing.T, r *Report) {
+			if f := finding(t, r, "jax-collectives-invalid"); !strings.Contains(f.Message, "=MPI is not a value jax accepts (gloo, mpi, megascale)") {
+				t.Errorf("message: %s", f.Message)
+			}
+		},
+	},
+	{
+		name: "no jax: nothing said of its collectives", fixture: "cpu-jax-gocl-mpi-abi.json",
+		mutate: func(f *Facts) {
+			f.JAX = nil
+			delete(f.Packages, "jax")
+			f.MarkMissing("jax", "jax is not installed in /home/ada/venv/bin/python")
+		},
+		wantNot: jaxCollectivesRules,
+		check: func(t *testing.T, r *Report) {
+			if v := verdict(t, r, "jax-collectives"); v.Status != "skip" || !strings.Contains(v.Detail, "not installed") {
+				t.Errorf("verdict %+v", v)
+			}
+		},
+	},
+	{
 		name: "NVML error other than a missing library", fixture: "h100-torch-cu126.json",
 		mutate: func(f *Facts) {
 			f.NVML = &NVMLInfo{Status: "ERROR_LIB_RM_VERSION_MISMATCH", Error: "RM has detected an NVML/RM version mismatch."}
@@ -455,6 +599,23 @@ func TestVerdicts(t *testing.T) {
 			}
 		})
 	}
+}
+
+var jaxCollectivesRules = []string{"jax-collectives-gloo", "jax-collectives-mpi-no-lib", "jax-collectives-mpi-lib-unusable",
+	"jax-collectives-other-mpi", "jax-collectives-invalid"}
+
+// goclMPIABI is gocl's MPI ABI library in cpu-jax-gocl-mpi-abi.json.
+const goclMPIABI = "/home/ada/venv/lib/python3.11/site-packages/gocl/_native/libgocl_mpiabi.so"
+
+func verdict(t *testing.T, r *Report, check string) Verdict {
+	t.Helper()
+	for _, v := range r.Checks {
+		if v.Check == check {
+			return v
+		}
+	}
+	t.Fatalf("no verdict for check %s", check)
+	return Verdict{}
 }
 
 // Every rule of the knowledge base must be reachable: some scenario fires it.

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"text/template"
@@ -27,8 +28,11 @@ type KB struct {
 		PluginMinimumDriver map[string]string `json:"plugin_minimum_driver_linux"`
 		SM120MinimumPtxas   string            `json:"sm120_minimum_ptxas"`
 	} `json:"jax"`
-	TorchIndexURL string `json:"torch_index_url"`
-	TorchWheels   struct {
+	// JAXCollectives: the values of JAX_CPU_COLLECTIVES_IMPLEMENTATION jax
+	// accepts, and the one it takes when the variable is unset.
+	JAXCollectives jaxCollectives `json:"jax_cpu_collectives"`
+	TorchIndexURL  string         `json:"torch_index_url"`
+	TorchWheels    struct {
 		Wheels []TorchWheel `json:"wheels"`
 	} `json:"torch_wheels"`
 	Checks []CheckInfo `json:"checks"`
@@ -36,6 +40,14 @@ type KB struct {
 
 	byID map[string]*Rule
 }
+
+type jaxCollectives struct {
+	Known   []string `json:"known"`
+	Default string   `json:"default"`
+}
+
+// known reports whether jax accepts v ("" is unset: the default).
+func (c jaxCollectives) known(v string) bool { return v == "" || slices.Contains(c.Known, v) }
 
 type versionTable struct {
 	Versions map[string]string `json:"versions"`
@@ -135,6 +147,9 @@ func LoadKB(data []byte) (*KB, error) {
 				return nil, fmt.Errorf("knowledge base: %s: %w", k, err)
 			}
 		}
+	}
+	if !slices.Contains(kb.JAXCollectives.Known, kb.JAXCollectives.Default) {
+		return nil, fmt.Errorf("knowledge base: jax_cpu_collectives: default %q is not among %v", kb.JAXCollectives.Default, kb.JAXCollectives.Known)
 	}
 	for _, w := range kb.TorchWheels.Wheels {
 		for _, a := range w.ArchList {

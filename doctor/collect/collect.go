@@ -61,6 +61,9 @@ func Collect(ctx context.Context, o Options) *doctor.Facts {
 	if !o.NoLibraries {
 		f.Libraries = Libraries(o.System, []string{"libnvidia-ml.so.1", "libcuda.so.1"}, f.Env["LD_LIBRARY_PATH"])
 	}
+	if lib := f.Env["MPITRAMPOLINE_LIB"]; lib != "" {
+		f.MPILibrary = MPILibrary(o.System, lib)
+	}
 	if o.PID > 0 {
 		f.GoRuntimes = GoRuntimesIn(o.System, o.PID)
 	} else {

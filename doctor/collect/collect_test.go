@@ -170,3 +170,52 @@ func TestCollectWithoutNVML(t *testing.T) {
 		t.Errorf("errors on a bare collection: %+v", r.Findings)
 	}
 }
+
+// MPITRAMPOLINE_LIB's library: gocl's MPI ABI (the one this tree built),
+// another library with MPItrampoline's ABI (a stand-in compiled here), a
+// library without it (this Go test binary), a missing file.
+func TestMPILibrary(t *testing.T) {
+	sys := sysfs.System{Root: "/"}
+	if m := MPILibrary(sys, "/nonexistent/libmpiwrapper.so"); m.Exists || m.MPIABI || m.Gocl || m.Path != "/nonexistent/libmpiwrapper.so" {
+		t.Errorf("missing file: %+v", m)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := MPILibrary(sys, exe); !m.Exists || m.MPIABI || m.Gocl {
+		t.Errorf("a Go executable: %+v", m)
+	}
+	text := filepath.Join(t.TempDir(), "notes.so")
+	fakefs.Write(t, text, []byte("not an ELF file"))
+	if m := MPILibrary(sys, text); !m.Exists || m.MPIABI || m.Error == "" {
+		t.Errorf("not an ELF file: %+v", m)
+	}
+	if cc, err := exec.LookPath("cc"); err == nil {
+		dir := t.TempDir()
+		src := filepath.Join(dir, "wrapper.c")
+		fakefs.Write(t, src, []byte("const int mpiwrapper_version_major = 2;\nint MPIABI_Init(int* c, char*** v) { (void)c; (void)v; return 0; }\n"))
+		lib := filepath.Join(dir, "libmpiwrapper.so")
+		if out, err := exec.Command(cc, "-shared", "-fPIC", "-o", lib, src).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		if m := MPILibrary(sys, lib); !m.Exists || !m.MPIABI || m.Gocl || m.Error != "" {
+			t.Errorf("another MPI wrapper: %+v", m)
+		}
+	}
+	gocl, _ := filepath.Abs(filepath.Join("..", "..", "python", "gocl", "_native", "libgocl_mpiabi.so"))
+	if _, err := os.Stat(gocl); err != nil {
+		t.Skipf("%s not built (make venv)", gocl)
+	}
+	if m := MPILibrary(sys, gocl); !m.Exists || !m.MPIABI || !m.Gocl || m.Error != "" {
+		t.Errorf("gocl's MPI ABI: %+v", m)
+	}
+	// judged: the check passes naming it
+	f := &doctor.Facts{JAX: &doctor.JAX{JAX: "0.10.2"}, MPILibrary: MPILibrary(sys, gocl),
+		Env: map[string]string{"JAX_CPU_COLLECTIVES_IMPLEMENTATION": "mpi", "MPITRAMPOLINE_LIB": gocl}}
+	for _, v := range doctor.Judge(f, nil).Checks {
+		if v.Check == "jax-collectives" && (v.Status != "pass" || !strings.Contains(v.Detail, gocl)) {
+			t.Errorf("verdict %+v", v)
+		}
+	}
+}

@@ -77,6 +77,9 @@ def base():
             py["gocl_path"] = path
             lib = os.path.join(path, "_native", "libgocl.so")
             py["gocl_native_lib"] = lib if os.path.exists(lib) else ""
+            # what `gocl mpi-abi` prints (GOCL_MPIABI_LIB names another build)
+            abi = os.environ.get("GOCL_MPIABI_LIB") or os.path.join(path, "_native", "libgocl_mpiabi.so")
+            py["gocl_mpi_abi_lib"] = abi if os.path.exists(abi) else ""
     except Exception as e:
         py["error"] = "gocl: " + error_text(e)
     pkgs = {}

@@ -127,4 +127,41 @@ func goObject(path string) (doctor.GoObject, bool) {
 	return o, true
 }
 
+// MPILibrary examines the library MPITRAMPOLINE_LIB names (what jaxlib's
+// MPItrampoline dlopens for JAX_CPU_COLLECTIVES_IMPLEMENTATION=mpi):
+// whether it is there, whether it has MPItrampoline's ABI (it defines
+// mpiwrapper_version_major, the first symbol MPItrampoline resolves, and
+// MPIABI_Init), and whether it is gocl's (gocl_mpiabi_unsupported).
+func MPILibrary(s sysfs.System, path string) *doctor.MPILibrary {
+	m := &doctor.MPILibrary{Path: path}
+	p := path
+	if filepath.IsAbs(p) {
+		p = s.Path(p)
+	}
+	if _, err := os.Stat(p); err != nil {
+		return m
+	}
+	m.Exists = true
+	ef, err := elf.Open(p)
+	if err != nil {
+		m.Error = err.Error()
+		return m
+	}
+	defer ef.Close()
+	syms, err := ef.DynamicSymbols()
+	if err != nil {
+		m.Error = "dynamic symbols: " + err.Error()
+		return m
+	}
+	defined := map[string]bool{}
+	for _, sym := range syms {
+		if sym.Section != elf.SHN_UNDEF {
+			defined[sym.Name] = true
+		}
+	}
+	m.MPIABI = defined["mpiwrapper_version_major"] && defined["MPIABI_Init"]
+	m.Gocl = m.MPIABI && defined["gocl_mpiabi_unsupported"]
+	return m
+}
+
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }

@@ -184,3 +184,63 @@ def test_env_module_prints_exports(capsys):
     out = capsys.readouterr().out.splitlines()
     assert "export XLA_FLAGS='--xla_dump_to=/tmp/xla --xla_gpu_autotune_level=0'" in out
     assert "export NCCL_SOCKET_IFNAME=lo" in out
+
+
+def _collectives(r):
+    verdict = next(v for v in r["checks"] if v["check"] == "jax-collectives")
+    return verdict, [f for f in r["findings"] if f["check"] == "jax-collectives"]
+
+
+def test_jax_collectives_on_this_machine(this_machine):
+    """Which CPU collectives this environment's JAX would use: gloo unless
+    JAX_CPU_COLLECTIVES_IMPLEMENTATION says otherwise, with the switch."""
+    r = this_machine[1]
+    verdict, found = _collectives(r)
+    if r["facts"].get("jax", {}).get("jax") is None:
+        assert verdict["status"] == "skip", verdict
+        return
+    if os.environ.get("JAX_CPU_COLLECTIVES_IMPLEMENTATION", "gloo") == "gloo" and "MPITRAMPOLINE_LIB" not in os.environ:
+        assert [f["id"] for f in found] == ["jax-collectives-gloo"], found
+        assert "export JAX_CPU_COLLECTIVES_IMPLEMENTATION=mpi MPITRAMPOLINE_LIB=$(gocl mpi-abi)" in found[0]["fix"]
+        assert "gocl run" in found[0]["fix"]
+
+
+def test_jax_collectives_over_gocls_mpi_abi(monkeypatch):
+    """The environment `gocl run` gives its ranks: the check names gocl's
+    MPI ABI, read from the library itself; without the library, an error."""
+    pytest.importorskip("jax")
+    from gocl.launcher import mpi_abi_path
+
+    lib = mpi_abi_path()
+    if not lib.is_file():
+        pytest.skip(f"{lib} not built (make venv)")
+    monkeypatch.setenv("JAX_CPU_COLLECTIVES_IMPLEMENTATION", "mpi")
+    monkeypatch.setenv("MPITRAMPOLINE_LIB", str(lib))
+    r = doctor.report()
+    assert r["facts"]["mpi_library"] == {"path": str(lib), "exists": True, "mpi_abi": True, "gocl": True}
+    assert r["facts"]["python"]["gocl_mpi_abi_lib"] == str(lib)
+    verdict, found = _collectives(r)
+    assert verdict["status"] == "pass" and verdict["detail"] == f"gocl's MPI ABI ({lib})" and not found, (verdict, found)
+
+
+@pytest.mark.parametrize("change, rule", [
+    ({"MPITRAMPOLINE_LIB": None}, "jax-collectives-mpi-no-lib"),
+    ({"MPITRAMPOLINE_LIB": "/opt/mpiwrapper/lib/libmpiwrapper.so"}, "jax-collectives-other-mpi"),
+    ({"JAX_CPU_COLLECTIVES_IMPLEMENTATION": None, "MPITRAMPOLINE_LIB": None}, "jax-collectives-gloo"),
+])
+def test_jax_collectives_judged_from_saved_facts(tmp_path, change, rule):
+    facts = json.loads(Path(fixture("cpu-jax-gocl-mpi-abi.json")).read_text())["facts"]
+    for k, v in change.items():
+        if v is None:
+            facts["env"].pop(k)
+        else:
+            facts["env"][k] = v
+    if "MPITRAMPOLINE_LIB" in facts["env"]:
+        facts["mpi_library"] = {"path": facts["env"]["MPITRAMPOLINE_LIB"], "exists": True, "mpi_abi": True}
+    else:
+        facts.pop("mpi_library")
+    saved = tmp_path / "facts.json"
+    saved.write_text(json.dumps({"facts": facts}))
+    r = doctor.report(facts=saved)
+    assert [f["id"] for f in _collectives(r)[1]] == [rule]
+    assert ("jax-collectives-mpi-no-lib" == rule) == any(f["severity"] == "error" for f in r["findings"])
