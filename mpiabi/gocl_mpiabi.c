@@ -17,10 +17,21 @@
  *    calls on different communicators run in parallel;
  *  - MPI_Finalize flushes and frees gocl's communicators; any call after it
  *    succeeds and does nothing (XLA makes one during teardown);
- *  - the world comes from the launcher's environment (gocl run, torchrun:
- *    RANK, WORLD_SIZE, MASTER_ADDR, GOCL_MASTER_PORT or MASTER_PORT, and
- *    GOCL_RENDEZVOUS_SECRET), the id exchanged through rank 0 as gocl's
- *    from_env does; without RANK/WORLD_SIZE, a world of one;
+ *  - the world comes from the launcher's environment, read as gocl.world
+ *    reads it (launcher_world.c; its spec, shared with world.py, is the
+ *    table tests/testdata/launcher_worlds.json): gocl run and torchrun
+ *    (RANK, WORLD_SIZE), mpirun (Open MPI's OMPI_COMM_WORLD_ variables or PMIx, MPICH's
+ *    PMI_*), srun (SLURM_PROCID, SLURM_NTASKS, rank 0 on the first host of
+ *    SLURM_STEP_NODELIST) and Kubernetes Indexed Jobs (JOB_COMPLETION_INDEX,
+ *    WORLD_SIZE), nearest first; MASTER_ADDR, GOCL_MASTER_PORT and
+ *    MASTER_PORT win over what a scheduler implies. The id is exchanged
+ *    through rank 0's address and port as gocl's from_env does, with
+ *    GOCL_RENDEZVOUS_SECRET when the launcher set one (gocl run does);
+ *    without any launcher's variables, a world of one. JAX's own world
+ *    (jax.distributed.initialize) is not known here: a permutation of ranks
+ *    between the two is harmless (XLA's splits key by rank in the clique),
+ *    a different size fails the first split naming both (comm_split);
+ *    gocl.jax.initialize checks both before JAX starts;
  *  - errors return (as MPI_ERRORS_RETURN) with gocl's sentence, which
  *    MPI_Error_string gives back on the thread that got the error.
  *
@@ -38,6 +49,7 @@
 #include <unistd.h>
 
 #include "gocl.h"
+#include "launcher_world.h"
 #include "mpiabi_consts.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -365,52 +377,57 @@ static void reduce_local(void* d, const void* s, size_t n, const dtinfo* t, enum
 
 /* ------------------------------------------------------------------- init */
 
-static int env_int(const char* name, int* out) {
-  const char* s = getenv(name);
-  char* end;
-  if (s == NULL || *s == '\0') return 0;
-  long v = strtol(s, &end, 10);
-  if (*end != '\0') return 0;
-  *out = (int)v;
-  return 1;
-}
-
 /* The id exchange's round: apart from gocl.Communicator.from_env's 1, 2, ...
  * so a program that also forms a gocl world of its own never takes ours. */
 #define MPIABI_ROUND 0x4d5049 /* "MPI" */
+
+/* The launcher's world (launcher_world.c: the rules of python/gocl/world.py,
+ * both tested against tests/testdata/launcher_worlds.json): rank, size and
+ * where rank 0's id exchange listens. */
+static char world_source[64] = "no launcher: a world of one";
+static int world_size_launched = 1;
 
 static int form_world(void) {
   int rank = 0, size = 1, port = 0;
   goclComm_t g = NULL, s = NULL;
   goclResult_t r;
-  int have_rank = env_int("RANK", &rank), have_size = env_int("WORLD_SIZE", &size);
-  if (have_rank != have_size) {
-    snprintf(init_error, sizeof init_error, "RANK and WORLD_SIZE must be set together (gocl run and torchrun set "
-             "both); only %s is set", have_rank ? "RANK" : "WORLD_SIZE");
+  gocl_launcher_world lw;
+  char err[MAX_ERROR_STRING - 64];
+  int have = gocl_launcher_world_read(NULL, &lw, err, sizeof err);
+  if (have < 0) {
+    snprintf(init_error, sizeof init_error, "the launcher's world: %s", err);
     return 0;
   }
-  if (size < 1 || rank < 0 || rank >= size) {
-    snprintf(init_error, sizeof init_error, "RANK=%d and WORLD_SIZE=%d do not make a rank of a world", rank, size);
-    return 0;
+  if (have > 0) {
+    if (lw.size > 1 << 20 || (lw.size > 1 && (lw.port < 1 || lw.port > 65535))) {
+      snprintf(init_error, sizeof init_error, "the launcher's world (%s): rank %lld of %lld, port %lld is not one "
+               "gocl can form", lw.source, lw.rank, lw.size, lw.port);
+      return 0;
+    }
+    rank = (int)lw.rank;
+    size = (int)lw.size;
+    port = (int)lw.port;
+    snprintf(world_source, sizeof world_source, "%s", lw.source);
   }
+  world_size_launched = size;
   if (size == 1) {
     r = goclCommInitAll(&g, 1, NULL);
   } else {
-    const char* addr = getenv("MASTER_ADDR");
-    if (!env_int("GOCL_MASTER_PORT", &port) && !env_int("MASTER_PORT", &port)) {
-      snprintf(init_error, sizeof init_error, "rank %d of %d: MASTER_PORT (or GOCL_MASTER_PORT) is not set: start "
-               "the ranks with `gocl run -n N` or torchrun", rank, size);
+    const char* addr = lw.addr;
+    if (*addr == '\0') {
+      snprintf(init_error, sizeof init_error, "rank %d of %d: $MASTER_ADDR is not set (the host of rank 0), and %s "
+               "does not say where rank 0 runs: set MASTER_ADDR (mpirun -x MASTER_ADDR=host, or in the job's "
+               "environment)", rank, size, lw.source);
       return 0;
     }
-    if (addr == NULL || *addr == '\0') addr = "127.0.0.1";
     goclUniqueId id;
     /* gocl run's secret; without it (a launcher that sets none) anyone who
      * reaches addr:port can fetch the id, as with from_env. */
     const char* secret = getenv("GOCL_RENDEZVOUS_SECRET");
     r = goclExchangeUniqueId(&id, addr, port, rank, size, MPIABI_ROUND, secret ? secret : "", -1.0);
     if (r != goclSuccess) {
-      snprintf(init_error, sizeof init_error, "rank %d of %d: the id exchange through %s:%d failed: %s", rank, size,
-               addr, port, goclGetLastError(NULL));
+      snprintf(init_error, sizeof init_error, "rank %d of %d (%s): the id exchange through %s:%d failed: %s", rank,
+               size, lw.source, addr, port, goclGetLastError(NULL));
       return 0;
     }
     r = goclCommInitRank(&g, size, id, rank);
@@ -437,6 +454,55 @@ static int form_world(void) {
   }
   comm_setup(&self, one);
   return 1;
+}
+
+/* JSON string (or null for ""), for gocl_mpiabi_launcher_world. */
+static size_t json_str(char* out, size_t len, const char* s, int null_if_empty) {
+  size_t n = 0;
+#define PUT(...) n += (size_t)snprintf(out + (n < len ? n : len), n < len ? len - n : 0, __VA_ARGS__)
+  if (null_if_empty && *s == '\0') {
+    PUT("null");
+    return n;
+  }
+  PUT("\"");
+  for (const unsigned char* p = (const unsigned char*)s; *p; p++) {
+    if (*p == '"' || *p == '\\') PUT("\\%c", *p);
+    else if (*p < 0x20) PUT("\\u%04x", *p);
+    else PUT("%c", *p);
+  }
+  PUT("\"");
+#undef PUT
+  return n;
+}
+
+/* The launcher's world as this library reads it, without forming it: one
+ * JSON object ({"rank", "size", "local_rank", "local_size", "addr", "port",
+ * "source"}, null where unknown; {"world": null} with no launcher;
+ * {"error": sentence}). hostname: a Kubernetes pod's name (NULL: this
+ * host's). For tests/c/mpiabi_test.c --world, which runs the cases of
+ * tests/testdata/launcher_worlds.json against it; returns as the reader. */
+EXPORT int gocl_mpiabi_launcher_world(const char* hostname, char* out, size_t len) {
+  gocl_launcher_world w;
+  char err[MAX_ERROR_STRING];
+  int have = gocl_launcher_world_read(hostname, &w, err, sizeof err);
+  size_t n = 0;
+  if (have < 0) {
+    n += (size_t)snprintf(out, len, "{\"error\": ");
+    n += json_str(out + (n < len ? n : len), n < len ? len - n : 0, err, 0);
+  } else if (have == 0) {
+    n += (size_t)snprintf(out, len, "{\"world\": null");
+  } else {
+    n += (size_t)snprintf(out, len, "{\"rank\": %lld, \"size\": %lld, \"local_rank\": %lld, \"local_size\": ", w.rank,
+                          w.size, w.local_rank);
+    if (w.local_size < 0) n += (size_t)snprintf(out + (n < len ? n : len), n < len ? len - n : 0, "null");
+    else n += (size_t)snprintf(out + (n < len ? n : len), n < len ? len - n : 0, "%lld", w.local_size);
+    n += (size_t)snprintf(out + (n < len ? n : len), n < len ? len - n : 0, ", \"addr\": ");
+    n += json_str(out + (n < len ? n : len), n < len ? len - n : 0, w.addr, 1);
+    n += (size_t)snprintf(out + (n < len ? n : len), n < len ? len - n : 0, ", \"port\": %lld, \"source\": ", w.port);
+    n += json_str(out + (n < len ? n : len), n < len ? len - n : 0, w.source, 0);
+  }
+  snprintf(out + (n < len ? n : len), n < len ? len - n : 0, "}");
+  return have;
 }
 
 static int do_init(int required, int* provided) {

@@ -24,6 +24,12 @@ launcher started it, nearest first:
    this pod's name with its index replaced by 0 (``train-3.svc`` ->
    ``train-0.svc``, the headless service's name of index 0).
 
+The spec of these rules is the table ``tests/testdata/launcher_worlds.json``
+(environment in, world or error out): ``tests/python/test_world.py`` runs
+it through :func:`read` and through the C reader of gocl's MPI ABI library
+(``mpiabi/launcher_world.c``, for JAX's collectives over MPItrampoline),
+which follows the same rules; change both readers and the table together.
+
 ``MASTER_ADDR``, ``MASTER_PORT`` and ``GOCL_MASTER_PORT`` always win over
 what a scheduler implies. When a per-rank launcher's ``RANK`` and a
 scheduler's rank disagree without a per-node launcher in between
@@ -128,6 +134,14 @@ def _derived_port(token: str | int) -> int:
     return 15000 + 2 * ((int(digits[-12:]) if digits else 0) % 5000)
 
 
+def _rank(env: Mapping[str, str], name: str, who: str) -> int:
+    """A scheduler's rank variable, which is set (present)."""
+    rank = _int(env, name, who)
+    if rank is None:
+        raise InvalidArgumentError(f"{who}: ${name} is set but empty: it should be this process's rank")
+    return rank
+
+
 def _per_rank(env: Mapping[str, str], who: str) -> World | None:
     rank = _int(env, "RANK", who)
     if rank is None:
@@ -146,7 +160,8 @@ def _per_rank(env: Mapping[str, str], who: str) -> World | None:
 def _mpi(env: Mapping[str, str], who: str) -> World | None:
     if "OMPI_COMM_WORLD_RANK" in env or "PMIX_RANK" in env:
         rank = _int(env, "OMPI_COMM_WORLD_RANK", who)
-        rank = _int(env, "PMIX_RANK", who) if rank is None else rank
+        if rank is None:
+            rank = _rank(env, "PMIX_RANK" if "PMIX_RANK" in env else "OMPI_COMM_WORLD_RANK", who)
         size = _int(env, "OMPI_COMM_WORLD_SIZE", who)
         if size is None:
             raise InvalidArgumentError(f"{who}: PMIx gives this process rank {rank} but no world size "
@@ -157,7 +172,7 @@ def _mpi(env: Mapping[str, str], who: str) -> World | None:
         return World(rank, size, rank if local is None else local, _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", who),
                      _uri_host(uri) if uri else None, _derived_port(job), "OpenMPI")
     if "PMI_RANK" in env:
-        rank, size = _int(env, "PMI_RANK", who), _int(env, "PMI_SIZE", who)
+        rank, size = _rank(env, "PMI_RANK", who), _int(env, "PMI_SIZE", who)
         if size is None:
             raise InvalidArgumentError(f"{who}: PMI gives this process rank {rank} but no $PMI_SIZE: set WORLD_SIZE")
         local = _int(env, "MPI_LOCALRANKID", who)
@@ -171,7 +186,7 @@ def _slurm(env: Mapping[str, str], who: str) -> World | None:
     # srun's tasks: a batch script has SLURM_PROCID=0 too, but no step of its own
     if "SLURM_PROCID" not in env or not (env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID")):
         return None
-    rank = _int(env, "SLURM_PROCID", who)
+    rank = _rank(env, "SLURM_PROCID", who)
     size = _int(env, "SLURM_NTASKS", who)
     size = _int(env, "SLURM_NPROCS", who) if size is None else size
     if size is None:
@@ -203,7 +218,7 @@ def _slurm(env: Mapping[str, str], who: str) -> World | None:
 def _kubernetes(env: Mapping[str, str], who: str) -> World | None:
     if "JOB_COMPLETION_INDEX" not in env:
         return None
-    rank = _int(env, "JOB_COMPLETION_INDEX", who)
+    rank = _rank(env, "JOB_COMPLETION_INDEX", who)
     size = _int(env, "GOCL_WORLD_SIZE", who) or _int(env, "WORLD_SIZE", who)
     if size is None:
         raise InvalidArgumentError(

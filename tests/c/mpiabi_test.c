@@ -9,6 +9,13 @@
  *                                  (gocl run -n N, or alone: a world of 1), call
  *                                  what XLA's MPI collectives call, from worker
  *                                  threads, and check every result
+ *   mpiabi_test LIB NAMES --world HOSTNAME
+ *                                  print the launcher's world as the library
+ *                                  reads it from this environment (one JSON
+ *                                  line; HOSTNAME: a Kubernetes pod's name):
+ *                                  test_world.py runs the cases of
+ *                                  tests/testdata/launcher_worlds.json, the
+ *                                  spec of both readers, through it
  *
  * Handles and constants are read from the library, as MPItrampoline does.
  * Prints "mpiabi_test: OK ..." and exits 0 when everything holds.
@@ -170,7 +177,7 @@ static void* worker(void* arg) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: mpiabi_test LIB NAMES [--run]\n");
+    fprintf(stderr, "usage: mpiabi_test LIB NAMES [--run | --world HOSTNAME]\n");
     return 2;
   }
   lib = dlopen(argv[1], RTLD_LAZY | RTLD_LOCAL | RTLD_DEEPBIND);
@@ -191,6 +198,14 @@ int main(int argc, char** argv) {
         "MPI ABI version %d.%d: MPItrampoline 5.3 (jaxlib 0.10) needs 2.9 or later",
         *(int*)sym("mpiabi_version_major"), *(int*)sym("mpiabi_version_minor"));
   CHECK(H(COMM_WORLD) != H(COMM_NULL) && H(FLOAT) != H(DOUBLE) && I(SUCCESS) == 0, "constants");
+  if (argc >= 5 && strcmp(argv[3], "--world") == 0) {
+    char out[4096];
+    int (*world)(const char*, char*, size_t) = (int (*)(const char*, char*, size_t))(uintptr_t)dlsym(lib, "gocl_mpiabi_launcher_world");
+    CHECK(world != NULL, "cannot resolve gocl_mpiabi_launcher_world: %s", dlerror());
+    int have = world(argv[4], out, sizeof out);
+    printf("%s\n", out);
+    return have < 0 ? 3 : 0;
+  }
   if (argc < 4 || strcmp(argv[3], "--run") != 0) {
     printf("mpiabi_test: OK, resolved %d symbols\n", n);
     return 0;

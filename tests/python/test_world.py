@@ -5,6 +5,7 @@ task."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -48,69 +49,75 @@ def test_slurm_jobs_in_a_row_and_their_steps_get_ports_of_their_own():
     assert len(set(ports)) == len(ports) and all(p % 2 == 0 for p in ports), ports  # torch's store: p + 1
 
 
-def test_srun_arbitrary_distribution_takes_rank_0s_host_from_the_hostfile(tmp_path):
-    (tmp_path / "hosts").write_text("node07\nnode01\nnode02\nnode03\n")
-    env = {**SRUN, "SLURM_DISTRIBUTION": "arbitrary", "SLURM_HOSTFILE": str(tmp_path / "hosts")}
-    assert world.read(env).addr == "node07"
+# ------------------------------------------- the spec: tests/testdata/launcher_worlds.json
+#
+# One table of environments and the world (or error) each gives, run through
+# both readers: world.read here and the MPI ABI library's C reader
+# (mpiabi/launcher_world.c, through tests/c/mpiabi_test.c --world), so
+# gocl's Python and JAX-over-MPI ranks can never take different worlds.
+
+ROOT = Path(__file__).resolve().parents[2]
+TABLE = json.loads((ROOT / "tests" / "testdata" / "launcher_worlds.json").read_text())["cases"]
+FIELDS = ("rank", "size", "local_rank", "local_size", "addr", "port", "source")
 
 
-@pytest.mark.parametrize("env,want", [
-    # torchrun / gocl run
-    ({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "h0",
-      "MASTER_PORT": "29400"}, (3, 4, 1, 2, "h0", 29400, "RANK/WORLD_SIZE")),
-    # no LOCAL_RANK: the rank is its own local rank
-    ({"RANK": "3", "WORLD_SIZE": "4", "MASTER_ADDR": "h0"}, (3, 4, 3, None, "h0", 29500, "RANK/WORLD_SIZE")),
-    # srun
-    (SRUN, (2, 4, 0, 1, "node01", 15000 + 2 * (41234 % 5000), "Slurm")),
-    # srun, MASTER_ADDR/PORT win; uneven tasks per node: no local size
-    ({**SRUN, "MASTER_ADDR": "login", "MASTER_PORT": "31000", "SLURM_STEP_TASKS_PER_NODE": "2,1(x2)"},
-     (2, 4, 0, None, "login", 31000, "Slurm")),
-    # OpenMPI 4 under mpirun
-    ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
-      "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_orte_hnp_uri": "2345678.0;tcp://10.0.0.1,192.168.1.2:45678"},
-     (1, 4, 1, 2, "10.0.0.1", 18560, "OpenMPI")),
-    # OpenMPI 5 (PMIx): the server's URI names mpirun's host
-    ({"PMIX_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "PMIX_NAMESPACE": "prterun-h-812@1",
-      "PMIX_SERVER_URI41": "prterun-h-812@0.0;tcp4://10.1.2.3:40101"},
-     (0, 2, 0, None, "10.1.2.3", 17400, "OpenMPI")),
-    # MPICH / Hydra
-    ({"PMI_RANK": "3", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2", "PMI_PORT": "hostA:33333"},
-     (3, 4, 1, 2, "hostA", 15000 + 2 * (33333 % 5000), "MPICH (PMI)")),
-    # Kubernetes Indexed Job behind a headless service
-    ({"JOB_COMPLETION_INDEX": "3", "WORLD_SIZE": "4", "HOSTNAME": "train-3.workers.ns.svc.cluster.local"},
-     (3, 4, 0, 1, "train-0.workers.ns.svc.cluster.local", 29500, "Kubernetes (JOB_COMPLETION_INDEX)")),
-    # torchrun inside an srun task (a node per task): torchrun's RANK wins, MASTER_* as given
-    ({**SRUN, "RANK": "9", "WORLD_SIZE": "16", "GROUP_RANK": "2", "MASTER_ADDR": "node01", "MASTER_PORT": "29500"},
-     (9, 16, 9, None, "node01", 29500, "RANK/WORLD_SIZE")),
-    # mpirun inside an allocation's batch script: the MPI world, not the batch step
-    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_JOB_ID": "7", "OMPI_COMM_WORLD_RANK": "2",
-      "OMPI_COMM_WORLD_SIZE": "4", "MASTER_ADDR": "h"}, (2, 4, 2, None, "h", 15000, "OpenMPI")),
-])
-def test_each_launchers_world(env, want):
-    w = world.read(env)
-    assert (w.rank, w.size, w.local_rank, w.local_size, w.addr, w.port, w.source) == want
+def case_env(case: dict, tmp_path: Path) -> dict[str, str]:
+    for name, text in case.get("files", {}).items():
+        (tmp_path / name).write_text(text)
+    return {k: v.replace("{tmp}", str(tmp_path)) for k, v in case["env"].items()}
 
 
-def test_a_batch_script_is_not_a_rank():
-    """sbatch's script has SLURM_PROCID=0 and the job's SLURM_NTASKS but no
-    step: it is where `gocl run -n` or srun start ranks, not rank 0 of them."""
-    assert world.read({"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_JOB_ID": "7"}) is None
-    assert world.read({}) is None
+def test_the_table_covers_every_launcher_and_both_outcomes():
+    sources = {c["world"]["source"] for c in TABLE if c.get("world")}
+    assert sources == {"RANK/WORLD_SIZE", "Slurm", "OpenMPI", "MPICH (PMI)", "Kubernetes (JOB_COMPLETION_INDEX)"}
+    assert any("error" in c for c in TABLE) and any(c.get("world", 0) is None for c in TABLE)
+    assert len({c["name"] for c in TABLE}) == len(TABLE)
 
 
-@pytest.mark.parametrize("env,message", [
-    ({**SRUN, "RANK": "0", "WORLD_SIZE": "4"}, r"RANK=0, WORLD_SIZE=4 are set, but Slurm starts this process as rank 2 of 4"),
-    ({"RANK": "1"}, r"\$RANK is set but \$WORLD_SIZE is not"),
-    ({"WORLD_SIZE": "2"}, r"\$RANK is not set but \$WORLD_SIZE is"),
-    ({"RANK": "4", "WORLD_SIZE": "4"}, r"RANK=4 is not in \[0, WORLD_SIZE=4\)"),
-    ({"RANK": "x", "WORLD_SIZE": "4"}, r"\$RANK='x' is not an integer"),
-    ({"JOB_COMPLETION_INDEX": "1"}, r"set WORLD_SIZE \(or GOCL_WORLD_SIZE\) in the pod spec"),
-    ({"OMPI_COMM_WORLD_RANK": "1"}, r"no world size"),
-    ({"SLURM_PROCID": "1", "SLURM_STEP_ID": "0"}, r"no \$SLURM_NTASKS"),
-])
-def test_bad_or_clashing_worlds_say_why(env, message):
-    with pytest.raises(gocl.InvalidArgumentError, match=message):
-        world.read(env, who="test")
+@pytest.mark.parametrize("case", TABLE, ids=[c["name"] for c in TABLE])
+def test_python_reader_follows_the_table(case, tmp_path):
+    env = case_env(case, tmp_path)
+    if "error" in case:
+        with pytest.raises(gocl.InvalidArgumentError) as e:
+            world.read(env, who="test")
+        assert case["error"] in str(e.value), str(e.value)
+        return
+    w = world.read(env, who="test")
+    got = None if w is None else {f: getattr(w, f) for f in FIELDS}
+    assert got == case["world"]
+
+
+@pytest.fixture(scope="module")
+def mpiabi_world(tmp_path_factory):
+    """tests/c/mpiabi_test.c built, run as `--world HOSTNAME` against gocl's
+    MPI ABI library: the C reader's answer for an environment."""
+    from gocl.launcher import mpi_abi_path
+    lib = mpi_abi_path()
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not lib.is_file() or cc is None:
+        pytest.skip(f"{lib} not built (make venv) or no C compiler")
+    exe = tmp_path_factory.mktemp("mpiabi") / "mpiabi_test"
+    subprocess.run([cc, "-O2", "-Wall", "-Wextra", "-Werror", str(ROOT / "tests" / "c" / "mpiabi_test.c"), "-ldl",
+                    "-lpthread", "-lm", "-o", str(exe)], check=True)
+
+    def read(env: dict[str, str]) -> dict:
+        # the case's environment and nothing else: HOSTNAME stands for the pod's name
+        r = subprocess.run([str(exe), str(lib), str(ROOT / "mpiabi" / "mpiabi_names.txt"), "--world",
+                            env.get("HOSTNAME", "")], env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode in (0, 3) and r.stdout.startswith("{"), r.stdout + r.stderr
+        return json.loads(r.stdout)
+    return read
+
+
+@pytest.mark.parametrize("case", TABLE, ids=[c["name"] for c in TABLE])
+def test_mpi_abi_librarys_reader_follows_the_table(case, tmp_path, mpiabi_world):
+    got = mpiabi_world(case_env(case, tmp_path))
+    if "error" in case:
+        assert case["error"] in got.get("error", ""), got
+    elif case["world"] is None:
+        assert got == {"world": None}
+    else:
+        assert got == case["world"]
 
 
 def test_from_env_without_a_launcher_names_them(monkeypatch):
