@@ -133,6 +133,15 @@ def host() -> str:
     return f"{socket.gethostname()}: {cpu}, {os.cpu_count()} CPUs, Linux {platform.release()}"
 
 
+def revision() -> str:
+    """The source tree's commit (and whether it had changes)."""
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=1000, help="checked psum_scatter calls per run (each rank)")
@@ -162,7 +171,7 @@ def main() -> int:
         "# psum_scatter stress on a 2x2 mesh: gocl's MPI ABI vs JAX's gloo",
         "",
         f"`{cmd}` (`make bench-jax-stress`), {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}.",
-        f"Host: {host()}. jax {jax.__version__}, Python {platform.python_version()}.",
+        f"Host: {host()}. jax {jax.__version__}, Python {platform.python_version()}, gocl at {revision()}.",
         "",
         f"Each run: `gocl run -n 4`, a 2x2 `Mesh` over the 4 processes' CPU devices, {args.calls} jitted "
         "`shard_map` `psum_scatter` calls (f32, 4096 elements per rank, `scatter_dimension=1`, tiled) over the "
