@@ -385,7 +385,6 @@ static void reduce_local(void* d, const void* s, size_t n, const dtinfo* t, enum
  * both tested against tests/testdata/launcher_worlds.json): rank, size and
  * where rank 0's id exchange listens. */
 static char world_source[64] = "no launcher: a world of one";
-static int world_size_launched = 1;
 
 static int form_world(void) {
   int rank = 0, size = 1, port = 0;
@@ -409,7 +408,6 @@ static int form_world(void) {
     port = (int)lw.port;
     snprintf(world_source, sizeof world_source, "%s", lw.source);
   }
-  world_size_launched = size;
   if (size == 1) {
     r = goclCommInitAll(&g, 1, NULL);
   } else {
@@ -772,6 +770,43 @@ static int comm_split(comm* p, int color, int key, uintptr_t* out, const char* w
     /* This rank's color group: keys 0..m-1, each once. */
     int m = 0;
     for (int i = 0; i < n; i++) m += all[3 * i] == color;
+    /* Two splits no ordering of one JAX world's cliques can give (XLA's key
+     * is the rank in the clique, its color the clique's first device, whose
+     * process alone asks with key 0): a key past the communicator's size,
+     * and key 0 asked for twice. Both mean JAX's world is not the
+     * launcher's: say so, naming both. */
+    char where[256];
+    if (p == &world)
+      snprintf(where, sizeof where, "gocl's world, which the launcher made %d rank%s (%s)", n, n == 1 ? "" : "s",
+               world_source);
+    else
+      snprintf(where, sizeof where, "this communicator of %d rank%s", n, n == 1 ? "" : "s");
+    int64_t kmax = -1;
+    int lead = -1;
+    for (int i = 0; i < n; i++)
+      if (all[3 * i] == color && all[3 * i + 1] > kmax) kmax = all[3 * i + 1];
+    if (kmax >= n) {
+      err = fail(GOCL_MPI_ERR_OTHER, "%s round %d: color %d was asked for with key %lld, for a clique of at least "
+                 "%lld processes, but %s: JAX's world (jax.distributed.initialize's num_processes) is larger than "
+                 "the launcher's: take num_processes and process_id from the launcher (gocl.jax.initialize() does), "
+                 "or launch as many ranks as JAX's world has", what, round, color, (long long)kmax, (long long)kmax + 1,
+                 where);
+      goto out;
+    }
+    for (int i = 0; i < n; i++) {
+      if (all[3 * i] != color || all[3 * i + 1] != 0) continue;
+      if (lead < 0) {
+        lead = i;
+        continue;
+      }
+      err = fail(GOCL_MPI_ERR_OTHER, "%s round %d: ranks %d and %d both asked to lead color %d (key 0), as two "
+                 "JAX worlds would (cliques of up to %lld processes here): %d ranks asked for it, in %s; "
+                 "JAX's world (jax.distributed.initialize's num_processes and process_id) must be the launcher's: "
+                 "take both from the launcher (gocl.jax.initialize() does), or launch as many ranks as JAX's "
+                 "world has; GOCL_MPIABI_SPLIT_CHECK=0 allows equal keys", what, round, lead, i, color,
+                 (long long)kmax + 1, m, where);
+      goto out;
+    }
     for (int i = 0; i < n; i++) {
       if (all[3 * i] != color) continue;
       int64_t k = all[3 * i + 1];

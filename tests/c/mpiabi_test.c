@@ -16,6 +16,12 @@
  *                                  test_world.py runs the cases of
  *                                  tests/testdata/launcher_worlds.json, the
  *                                  spec of both readers, through it
+ *   mpiabi_test LIB NAMES --split MOD OFFSET
+ *                                  as a rank of the launcher's world, split
+ *                                  it as XLA would with color 0 and key
+ *                                  rank % MOD + OFFSET (two JAX worlds in one
+ *                                  launcher's world: MOD 2; a JAX world larger
+ *                                  than it: OFFSET 1) and print the result
  *
  * Handles and constants are read from the library, as MPItrampoline does.
  * Prints "mpiabi_test: OK ..." and exits 0 when everything holds.
@@ -153,13 +159,15 @@ static void* worker(void* arg) {
   }
   for (int i = 0; i < size; i++) CHECK(recvb[i] == 1000 * i + rank, "all-to-all block %d: %d", i, recvb[i]);
 
-  /* A round whose keys cannot be one clique's (every rank key 5 of color 0),
-   * as when ranks split in different orders: every rank fails it with a
-   * sentence, and the next round works. */
+  /* A round whose keys cannot be one clique's (every rank key 5 of color 0):
+   * every rank fails it with a sentence (in a world of 5 or fewer, that a JAX
+   * world larger than the launcher's would ask for it; otherwise, that the
+   * ranks split in different orders), and the next round works. */
   uintptr_t bad = 12345;
   err = FN(split_fn, Comm_split)(world, 0, 5, &bad);
   error_string(err, msg);
-  CHECK(err != 0 && bad == 0 && strstr(msg, "different orders") != NULL, "bad split: %d %s", err, msg);
+  CHECK(err != 0 && bad == 0 && strstr(msg, size <= 5 ? "larger than the launcher's" : "different orders") != NULL,
+        "bad split: %d %s", err, msg);
   uintptr_t again = 0;
   err = FN(split_fn, Comm_split)(world, rank % 2, rank / 2, &again);
   error_string(err, msg);
@@ -177,7 +185,7 @@ static void* worker(void* arg) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: mpiabi_test LIB NAMES [--run | --world HOSTNAME]\n");
+    fprintf(stderr, "usage: mpiabi_test LIB NAMES [--run | --world HOSTNAME | --split MOD OFFSET]\n");
     return 2;
   }
   lib = dlopen(argv[1], RTLD_LAZY | RTLD_LOCAL | RTLD_DEEPBIND);
@@ -205,6 +213,22 @@ int main(int argc, char** argv) {
     int have = world(argv[4], out, sizeof out);
     printf("%s\n", out);
     return have < 0 ? 3 : 0;
+  }
+  if (argc >= 6 && strcmp(argv[3], "--split") == 0) {
+    char msg[1024] = "";
+    int provided = -1;
+    int err = FN(int (*)(int*, char***, int, int*), Init_thread)(NULL, NULL, I(THREAD_FUNNELED), &provided);
+    error_string(err, msg);
+    CHECK(err == 0, "MPI_Init_thread: %s", msg);
+    FN(int_fn, Comm_rank)(H(COMM_WORLD), &rank);
+    FN(int_fn, Comm_size)(H(COMM_WORLD), &size);
+    uintptr_t comm = 0;
+    err = FN(split_fn, Comm_split)(H(COMM_WORLD), 0, rank % atoi(argv[4]) + atoi(argv[5]), &comm);
+    error_string(err, msg);
+    printf("mpiabi_test: split on rank %d of %d: %s\n", rank, size, err == 0 ? "OK" : msg);
+    fflush(stdout);
+    FN(int (*)(void), Finalize)();
+    return 0;
   }
   if (argc < 4 || strcmp(argv[3], "--run") != 0) {
     printf("mpiabi_test: OK, resolved %d symbols\n", n);

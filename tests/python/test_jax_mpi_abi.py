@@ -14,7 +14,11 @@ MPI ABI over gocl.
   writes none);
 - the same on 4 processes, and a 2x2 mesh's axis collectives over
   sub-communicators; 1000 psum_scatter calls on the 2x2 mesh, each checked;
-- a peer that exits fails the survivor's next call, naming it.
+- a peer that exits fails the survivor's next call, naming it;
+- splits that only a JAX world other than the launcher's would make (two
+  JAX worlds in one launcher's world, a JAX world larger than it) fail on
+  every rank naming both (a permutation of ranks is harmless:
+  test_jax_initialize.py).
 make test-mpiabi runs the file 3 times in a row.
 """
 
@@ -106,6 +110,26 @@ def test_c_ranks_over_gocl(mpiabi_test, tmp_path):
     seen = metrics(tmp_path, 3)
     for op in ("AllReduce", "AllGather", "ReduceScatter", "Send", "Recv"):
         assert seen[op] > 0, (op, seen)
+
+
+def test_two_jax_worlds_in_one_launchers_world_fail_the_split_naming_both(mpiabi_test):
+    # 4 ranks of `gocl run` split as two JAX worlds of 2 would (color 0, keys
+    # 0, 1, 0, 1): every rank fails naming the cliques and the launcher's world
+    r = gocl_run(4, [str(mpiabi_test), str(LIB), str(NAMES), "--split", "2", "0"], clean_env(), 120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    fails = [ln for ln in r.stdout.splitlines() if "both asked to lead color 0 (key 0), as two JAX worlds would" in ln]
+    assert len(fails) == 4, r.stdout + r.stderr
+    assert all("the launcher made 4 ranks (RANK/WORLD_SIZE)" in ln and "num_processes" in ln for ln in fails), fails
+
+
+def test_a_jax_world_larger_than_the_launchers_fails_the_split_naming_both(mpiabi_test):
+    # no launcher (a world of one), but the split asks for key 1, as JAX's
+    # process 1 of 2 would
+    r = subprocess.run([mpiabi_test, str(LIB), str(NAMES), "--split", "1", "1"], capture_output=True, text=True,
+                       timeout=60, env=clean_env())
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ("key 1, for a clique of at least 2 processes, but gocl's world, which the launcher made 1 rank "
+            "(no launcher: a world of one)") in r.stdout and "larger than the launcher's" in r.stdout, r.stdout
 
 
 def run_jax(tmp_path: Path, n: int, timeout: float, **extra: str) -> Counter:
