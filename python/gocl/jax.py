@@ -11,6 +11,11 @@ process (``shard_map``), each device its own rank::
     def step(g):
         return gj.all_reduce(g, op="avg")
 
+To run JAX's *own* collectives (``psum`` and the rest under ``shard_map`` or
+sharded ``jit``) over gocl instead, call :func:`initialize` in place of
+``jax.distributed.initialize``; the functions below are gocl's explicit
+collectives, for those who want them.
+
 The world comes up from the environment on first use (or ``gocl.jax.init``).
 Ranks are numbered ``process_rank * local_devices + device``. Collectives run
 through gocl's handlers in libgocl.so (``jax_ffi/``); every call carries its
@@ -23,19 +28,43 @@ from __future__ import annotations
 import atexit
 import ctypes
 import functools
+import os
 import sys
 import threading
 from typing import Sequence
 
 import numpy as np
 
-import jax
-import jax.numpy as jnp
 
-from . import _jax_sites, _lib, _rendezvous
-from .errors import InvalidArgumentError, error_for
+def _point_mpitrampoline_at_gocl() -> None:
+    """jaxlib embeds MPItrampoline, which reads MPITRAMPOLINE_LIB once, when
+    jaxlib loads (a constructor at ``import jax``), and then loads that MPI
+    library for good: set later, it is never seen. So this module, before it
+    imports jax, points it at gocl's MPI ABI library when jaxlib is not loaded
+    yet and nobody chose another library or other collectives. Nothing runs
+    over MPI unless JAX's CPU collectives are "mpi" (:func:`initialize`, or
+    JAX_CPU_COLLECTIVES_IMPLEMENTATION): otherwise the library sits idle."""
+    if "MPITRAMPOLINE_LIB" in os.environ or "jaxlib" in sys.modules:
+        return
+    if os.environ.get("JAX_CPU_COLLECTIVES_IMPLEMENTATION", "mpi") != "mpi":
+        return
+    from .launcher import mpi_abi_path
 
-__all__ = ["init", "shutdown", "world_size", "process_rank", "local_devices", "all_reduce", "all_gather",
+    lib = mpi_abi_path()
+    if lib.is_file():
+        os.environ["MPITRAMPOLINE_LIB"] = str(lib)
+
+
+_point_mpitrampoline_at_gocl()
+
+import jax  # noqa: E402  (after MPITRAMPOLINE_LIB: see above)
+import jax.numpy as jnp  # noqa: E402
+
+from . import _jax_sites, _lib, _rendezvous  # noqa: E402
+from . import world as _world_mod  # noqa: E402
+from .errors import InvalidArgumentError, InvalidUsageError, error_for  # noqa: E402
+
+__all__ = ["initialize", "init", "shutdown", "world_size", "process_rank", "local_devices", "all_reduce", "all_gather",
            "reduce_scatter", "broadcast", "all_to_all", "ppermute"]
 
 _OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
@@ -75,6 +104,137 @@ def _register(platform: str) -> None:
     for name, sym in _TARGETS.items():
         jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, sym + suffix)), platform=platform)
     _registered.add(platform)
+
+
+# ------------------------------------------------- JAX's own collectives over gocl
+
+# The variables each launcher's world comes from (gocl.world's World.source),
+# for errors that name them: (rank's, size's).
+_LAUNCHER_VARS = {
+    "RANK/WORLD_SIZE": ("RANK", "WORLD_SIZE"),
+    "OpenMPI": ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    "MPICH (PMI)": ("PMI_RANK", "PMI_SIZE"),
+    "Slurm": ("SLURM_PROCID", "SLURM_NTASKS"),
+    "Kubernetes (JOB_COMPLETION_INDEX)": ("JOB_COMPLETION_INDEX", "WORLD_SIZE"),
+}
+
+
+def _launcher_vars(w) -> tuple[str, str]:
+    rank_var, size_var = _LAUNCHER_VARS.get(w.source, ("rank", "size"))
+    env = os.environ
+    if w.source == "OpenMPI" and "OMPI_COMM_WORLD_RANK" not in env:
+        rank_var = "PMIX_RANK"
+    if w.source == "Slurm" and "SLURM_NTASKS" not in env:
+        size_var = "SLURM_NPROCS"
+    if w.source.startswith("Kubernetes") and env.get("GOCL_WORLD_SIZE"):
+        size_var = "GOCL_WORLD_SIZE"
+    return rank_var, size_var
+
+
+def _coordinator_port(port: int) -> int:
+    """JAX's coordinator, beside gocl's id exchange on ``port`` (torch's store
+    takes port + 1): port + 10001, so that schedulers' derived ports (even,
+    15000-24998: gocl's; odd, one above: torch's) never meet another job's."""
+    return port + 10001 if port + 10001 <= 65535 else port - 10001
+
+
+def _mapped(path: str) -> bool | None:
+    """Whether path is loaded in this process (None: cannot tell)."""
+    try:
+        with open("/proc/self/maps") as f:
+            maps = f.read()
+    except OSError:
+        return None
+    return os.path.realpath(path) in maps
+
+
+def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
+               process_id: int | None = None, **kwargs) -> None:
+    """``jax.distributed.initialize(...)`` that also runs JAX's own CPU
+    collectives over gocl (``psum``, ``psum_scatter``, ``all_gather``,
+    ``ppermute``, ``all_to_all`` under ``shard_map`` or sharded ``jit``):
+    a drop-in, same arguments (``**kwargs`` go to JAX as they are).
+
+    - **Collectives**: sets ``jax_cpu_collectives_implementation`` to ``"mpi"``
+      (JAX's door to MPI, which jaxlib's MPItrampoline opens onto
+      ``MPITRAMPOLINE_LIB``: gocl's MPI ABI library, set when ``gocl.jax`` was
+      imported before jax, or by ``gocl run``) unless you chose an
+      implementation yourself (``JAX_CPU_COLLECTIVES_IMPLEMENTATION`` or
+      ``jax.config.update``): your choice stands.
+    - **World**: arguments left out come from the launcher, as gocl reads it
+      (``gocl.world``: ``gocl run``, torchrun, mpirun, srun, Kubernetes Indexed
+      Jobs): ``num_processes`` its size, ``process_id`` its rank, the
+      coordinator on rank 0's host (``MASTER_ADDR`` or the scheduler's) at
+      gocl's rendezvous port + 10001 (``JAX_COORDINATOR_ADDRESS`` wins); with
+      no launcher, a world of one. Given arguments that disagree with the
+      launcher's world (another size or rank) raise
+      :class:`gocl.InvalidArgumentError` naming both, on every rank, before
+      anything waits: gocl's MPI library forms its world from the launcher, so
+      JAX's must be the same.
+    - **When**: before JAX's backends initialise (any computation,
+      ``jax.devices()``, ``jax.device_put``...), as ``jax.distributed.initialize``;
+      afterwards it raises :class:`gocl.InvalidUsageError` saying so.
+    """
+    from jax._src import xla_bridge
+
+    who = "gocl.jax.initialize"
+    if xla_bridge.backends_are_initialized():
+        raise InvalidUsageError(
+            f"{who}: JAX's backends are already initialised (a computation, jax.devices(), jax.device_put... ran "
+            "first), so JAX's world and collectives can no longer be chosen: call gocl.jax.initialize() first, "
+            "as jax.distributed.initialize()")
+    if jax.distributed.is_initialized():
+        raise InvalidUsageError(f"{who}: jax.distributed is already initialised: call gocl.jax.initialize() "
+                                "instead of jax.distributed.initialize(), not after it")
+    chosen = os.environ.get("JAX_CPU_COLLECTIVES_IMPLEMENTATION")
+    if chosen is None:
+        chosen = jax.config.jax_cpu_collectives_implementation
+        if chosen in (None, "gloo"):  # JAX's default: nobody chose
+            chosen = "mpi"
+    w = _world_mod.read(who=who)
+    if w is not None:
+        rank_var, size_var = _launcher_vars(w)
+        if num_processes is not None and int(num_processes) != w.size:
+            raise InvalidArgumentError(
+                f"{who}: num_processes={num_processes}, but the launcher ({w.source}) started {w.size} processes "
+                f"(${size_var}={w.size}): leave num_processes out to take the launcher's, or launch "
+                f"{num_processes} processes")
+        if process_id is not None and int(process_id) != w.rank:
+            raise InvalidArgumentError(
+                f"{who}: process_id={process_id}, but the launcher ({w.source}) started this process as rank "
+                f"{w.rank} (${rank_var}={w.rank}) of {w.size}: leave process_id out to take the launcher's rank")
+    mpi_lib = os.environ.get("MPITRAMPOLINE_LIB", "")
+    if chosen == "mpi":
+        if w is None and num_processes not in (None, 1):
+            raise InvalidArgumentError(
+                f"{who}: num_processes={num_processes}, but no launcher's variables are set, so gocl's MPI world "
+                f"would be this process alone: start the processes with {_world_mod.LAUNCHERS} (or set RANK, "
+                "WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")
+        loaded = _mapped(mpi_lib) if mpi_lib else False
+        if loaded is False:
+            raise InvalidUsageError(
+                f"{who}: JAX's MPI collectives would find no MPI library: jaxlib's MPItrampoline reads "
+                "MPITRAMPOLINE_LIB once, when jax is imported, and " +
+                ("it was not set then" if not mpi_lib else f"did not load {mpi_lib}") + ". Import gocl.jax before "
+                "jax, or set MPITRAMPOLINE_LIB=$(gocl mpi-abi) in the environment, or start the ranks with `gocl "
+                "run`, which sets it")
+        jax.config.update("jax_cpu_collectives_implementation", "mpi")
+    if num_processes is None:
+        num_processes = w.size if w is not None else 1
+    if process_id is None:
+        process_id = w.rank if w is not None else 0
+    if coordinator_address is None and not os.environ.get("JAX_COORDINATOR_ADDRESS"):
+        if w is None or int(num_processes) == 1:
+            from .launcher import free_port
+
+            coordinator_address = f"127.0.0.1:{free_port()}"
+        elif w.addr:
+            coordinator_address = f"{w.addr}:{_coordinator_port(w.port)}"
+        else:
+            raise InvalidArgumentError(
+                f"{who}: the launcher ({w.source}) does not say where rank 0 runs: set MASTER_ADDR (rank 0's host), "
+                "or pass coordinator_address")
+    jax.distributed.initialize(coordinator_address, int(num_processes), int(process_id), **kwargs)
 
 
 def init(unique_id: bytes | None = None, rank: int | None = None, world_size: int | None = None,
