@@ -15,8 +15,12 @@
  *    MPI_Is_thread_main says yes on every thread: calls on one communicator
  *    are serialized here (gocl runs one call at a time per communicator),
  *    calls on different communicators run in parallel;
- *  - MPI_Finalize flushes and frees gocl's communicators; any call after it
- *    succeeds and does nothing (XLA makes one during teardown);
+ *  - MPI_Finalize frees nothing: jaxlib calls it from an atexit hook that runs
+ *    before JAX waits for the steps it has dispatched, and those steps still
+ *    need their communicators (freed, a rank's queued steps would vanish and
+ *    fail its peers). Calls after it work as before; the communicators are
+ *    freed (their metrics and traces written) when the process exits, by this
+ *    library's destructor, and any call after that succeeds and does nothing;
  *  - the world comes from the launcher's environment, read as gocl.world
  *    reads it (launcher_world.c; its spec, shared with world.py, is the
  *    table tests/testdata/launcher_worlds.json): gocl run and torchrun
@@ -124,13 +128,14 @@ typedef struct comm {
 } comm;
 
 static pthread_mutex_t state_mu = PTHREAD_MUTEX_INITIALIZER;
-static int state;              /* 0: before init, 1: initialized, 2: finalized */
+static int state;              /* 0: before init, 1: initialized, 2: finalized (all still works), 3: freed at exit */
 static int thread_level = 3;   /* MPI_THREAD_MULTIPLE */
 static comm world, self;
 static comm* live;             /* communicators made by splits and dups */
 static char init_error[MAX_ERROR_STRING];
 
-static int finalized(void) { return __atomic_load_n(&state, __ATOMIC_ACQUIRE) == 2; }
+/* After the exit-time free: calls succeed and do nothing. */
+static int finalized(void) { return __atomic_load_n(&state, __ATOMIC_ACQUIRE) == 3; }
 
 static int gocl_fail(goclResult_t r, goclComm_t g, const char* what) {
   const char* msg = goclGetLastError(g);
@@ -154,7 +159,7 @@ static comm* get_comm(uintptr_t h, const char* what, int* err) {
     *err = fail(GOCL_MPI_ERR_COMM, "%s: invalid communicator handle %#lx", what, (unsigned long)h);
     return NULL;
   }
-  if (state != 1 || c->g == NULL) {
+  if ((state != 1 && state != 2) || c->g == NULL) {
     *err = not_ready(what);
     return NULL;
   }
@@ -534,7 +539,7 @@ EXPORT int MPIABI_Initialized(int* flag) {
 }
 
 EXPORT int MPIABI_Finalized(int* flag) {
-  *flag = finalized();
+  *flag = __atomic_load_n(&state, __ATOMIC_ACQUIRE) >= 2;
   return GOCL_MPI_SUCCESS;
 }
 
@@ -550,28 +555,46 @@ EXPORT int MPIABI_Is_thread_main(int* flag) {
   return GOCL_MPI_SUCCESS;
 }
 
-static void destroy_comm(comm* c) {
-  pthread_mutex_lock(&c->mu);
+static void destroy_locked(comm* c) {
   if (c->g != NULL) goclCommDestroy(c->g);
   if (c->ctl != NULL && c->ctl != c->g) goclCommDestroy(c->ctl);
   c->g = c->ctl = NULL;
+}
+
+static void free_if_idle(comm* c) {
+  if (pthread_mutex_trylock(&c->mu) != 0) return;
+  if (pthread_mutex_trylock(&c->ctl_mu) == 0) {
+    destroy_locked(c);
+    pthread_mutex_unlock(&c->ctl_mu);
+  }
   pthread_mutex_unlock(&c->mu);
 }
 
-/* Frees gocl's communicators (their metrics and traces are written at
- * destroy); every call after it succeeds and does nothing. */
+/* Marks MPI finalized and frees nothing (see the top of this file): steps
+ * XLA dispatched before the atexit hook that calls it still run their
+ * collectives after it. */
 EXPORT int MPIABI_Finalize(void) {
   pthread_mutex_lock(&state_mu);
-  if (state == 1) {
-    __atomic_store_n(&state, 2, __ATOMIC_RELEASE);
-    for (comm* c = live; c != NULL; c = c->next) destroy_comm(c);
-    destroy_comm(&self);
-    destroy_comm(&world);
-  } else if (state == 0) {
-    __atomic_store_n(&state, 2, __ATOMIC_RELEASE);
-  }
+  if (state < 2) __atomic_store_n(&state, state == 0 ? 3 : 2, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&state_mu);
   return GOCL_MPI_SUCCESS;
+}
+
+/* At process exit (after Python's atexit hooks, so after JAX has waited for
+ * its work): frees the communicators no call is using, which writes their
+ * metrics and traces. One a thread is still in (a peer that never came) is
+ * left to the exit; waiting for it could hang the exit. Calls after this
+ * succeed and do nothing. */
+__attribute__((destructor)) static void free_at_exit(void) {
+  pthread_mutex_lock(&state_mu);
+  int was = state;
+  __atomic_store_n(&state, 3, __ATOMIC_RELEASE);
+  if (was == 1 || was == 2) {
+    for (comm* c = live; c != NULL; c = c->next) free_if_idle(c);
+    free_if_idle(&self);
+    free_if_idle(&world);
+  }
+  pthread_mutex_unlock(&state_mu);
 }
 
 EXPORT int MPIABI_Abort(uintptr_t h, int errorcode) {
@@ -895,7 +918,9 @@ EXPORT int MPIABI_Comm_free(uintptr_t* h) {
     }
   }
   pthread_mutex_unlock(&state_mu);
-  destroy_comm(c);
+  pthread_mutex_lock(&c->mu);
+  destroy_locked(c);
+  pthread_mutex_unlock(&c->mu);
   c->magic = 0;
   free(c);
   return GOCL_MPI_SUCCESS;
