@@ -49,6 +49,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -423,6 +424,13 @@ static int form_world(void) {
                "environment)", rank, size, lw.source);
       return 0;
     }
+    /* Under torchrun's agent store, torchrun's agent holds MASTER_PORT on rank
+     * 0's host (from_env goes through that store; C cannot): the exchange
+     * takes MASTER_PORT + 2, every rank deriving it alike (+ 1 is where
+     * examples/jax_train.py puts JAX's coordinator). GOCL_MASTER_PORT wins. */
+    const char* agent = getenv("TORCHELASTIC_USE_AGENT_STORE");
+    const char* own = getenv("GOCL_MASTER_PORT");
+    if (agent != NULL && strcasecmp(agent, "true") == 0 && (own == NULL || *own == '\0') && port + 2 <= 65535) port += 2;
     goclUniqueId id;
     /* gocl run's secret; without it (a launcher that sets none) anyone who
      * reaches addr:port can fetch the id, as with from_env. */

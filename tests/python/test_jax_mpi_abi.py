@@ -152,6 +152,25 @@ def test_jax_collectives_over_gocl(tmp_path):
     assert seen["Send"] >= 2 * 2 and seen["Recv"] >= 2 * 2, seen
 
 
+def test_jax_collectives_over_gocl_under_torchrun(tmp_path):
+    """The README's line for torchrun: the two variables, then torchrun.
+    torchrun's agent holds MASTER_PORT on rank 0's host, so the library's id
+    exchange takes MASTER_PORT + 2 (it failed binding MASTER_PORT before)."""
+    torchrun = Path(sys.executable).parent / "torchrun"
+    if not torchrun.is_file():
+        pytest.skip("torchrun not installed (the torch extra)")
+    env = clean_env(GOCL_METRICS_FILE=str(tmp_path / "m-%p-r%r.jsonl"), JAX_MPI_TEST_PORT=str(free_port()),
+                    JAX_PLATFORMS="cpu", JAX_CPU_COLLECTIVES_IMPLEMENTATION="mpi", MPITRAMPOLINE_LIB=str(LIB))
+    r = subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-port", str(free_port()),
+                        str(ROOT / "tests" / "python" / "jax_mpi_rank.py")],
+                       capture_output=True, text=True, timeout=180, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for i in range(2):
+        assert f"jax_mpi_rank: OK rank {i} of 2" in r.stdout, r.stdout + r.stderr
+    seen = metrics(tmp_path, 2)
+    assert seen["AllReduce"] >= 2 * 13 and seen["ReduceScatter"] >= 2, seen
+
+
 def test_jax_4_processes_and_a_2x2_mesh_over_gocl(tmp_path):
     # the same collectives on 4 processes, then psum over each axis of a 2x2
     # mesh (sub-communicators: rows and columns share first devices)
