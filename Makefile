@@ -24,7 +24,7 @@ MPIABI_SOURCES := mpiabi/gocl_mpiabi.c mpiabi/launcher_world.c mpiabi/launcher_w
 PERF_SOURCES := bench/gocl_perf.c bench/perf_common.c bench/perf_common.h tests/c/launch.c tests/c/launch.h capi/gocl.h
 DOCTOR_SOURCES := $(shell find cmd/gocl-doctor doctor -type f 2>/dev/null) go.mod $(wildcard go.sum)
 
-.PHONY: mpiabi-gen test-mpiabi help lib run perf test test-go test-race test-c test-python test-engines test-slurm test-lightning test-ray slurm tmux test-torch27 test-torch-upstream test-torch-upstream-short venv pylib fuzz fuzz-short test-reliability bench bench-jax bench-jax-stress bench-multihost bench-encrypt test-torchft torchft-short bench-torchft mpi clean wheels wheel-tools qemu test-sdist
+.PHONY: mpiabi-gen test-mpiabi help lib run perf test test-go test-race test-c test-python test-engines test-slurm test-lightning test-ray slurm tmux test-torch27 test-torch-upstream test-torch-upstream-short venv pylib fuzz fuzz-short test-reliability bench bench-jax bench-jax-collectives bench-jax-stress bench-multihost bench-encrypt test-torchft torchft-short bench-torchft mpi clean wheels wheel-tools qemu test-sdist
 
 help:
 	@echo "make run    - set up .venv, then the main job: examples/ddp_train.py (DDP) on 4 local ranks over gocl and gloo in turn"
@@ -39,6 +39,7 @@ help:
 	@echo "make test-python - the Python suite (numpy API, launcher, pytest plugin, packaging, torch backend) in $(VENV)"
 	@echo "make bench  - gocl vs OpenMPI allreduce side by side, 2 and 4 ranks, checked against the goals (installs OpenMPI if missing)"
 	@echo "make bench-jax - gocl.jax vs JAX's gloo psum, mpi4jax (installed here over Debian's Open MPI) and gocl's numpy API, 2 processes"
+	@echo "make bench-jax-collectives - jitted psum, psum_scatter, all_gather 8 B..64 MiB: gocl's MPI ABI (JAX's own collectives) vs JAX's gloo vs gocl.jax's FFI vs gocl's numpy API, 2 and 4 processes (bench/JAX_MPIABI.md)"
 	@echo "make bench-jax-stress - 1000 checked psum_scatter calls on a 2x2 mesh (4 processes), gocl's MPI ABI vs JAX's gloo alternated, wrong results counted in bench/JAX_STRESS.md"
 	@echo "make fuzz   - run each fuzz target (Go, and from_env's id exchange) for FUZZTIME (default 30s)"
 	@echo "make test-torchft - gocl.torchft's tests and a short torchft run (kill, restart, heal) on gocl, gloo, babygloo; make bench-torchft: the timed run"
@@ -292,6 +293,13 @@ $(VENV)/.plot-installed: $(VENV)/.gocl-installed
 # make test. BENCH_JAX_ARGS, e.g. --lock /tmp/gocl-cpu.lock --rounds 9.
 bench-jax: venv $(VENV)/.mpi4jax-installed
 	$(PY) bench/jax_allreduce.py --markdown $(BENCH_JAX_ARGS)
+
+# bench/jax_collectives.py: JAX's own psum/psum_scatter/all_gather through the
+# MPI door over gocl's MPI ABI vs gloo, gocl.jax's FFI calls and the numpy API,
+# 2 then 4 processes (bench/JAX_MPIABI.md). BENCH_JAX_COLL_ARGS, e.g. --rounds 9.
+bench-jax-collectives: venv
+	$(PY) bench/jax_collectives.py -n 2 --markdown $(BENCH_JAX_COLL_ARGS)
+	$(PY) bench/jax_collectives.py -n 4 --markdown $(BENCH_JAX_COLL_ARGS)
 
 # bench/jax_stress.py: psum_scatter on a 2x2 mesh over gocl's MPI ABI and over
 # JAX's gloo, each result checked, wrong ones counted (bench/JAX_STRESS.md).
