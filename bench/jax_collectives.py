@@ -53,13 +53,16 @@ from _units import human, parse_bytes  # bench/ is on sys.path: these run as scr
 
 SIZES = [8 * 8**k for k in range(6)] + [1 << k for k in range(20, 27)]  # 8 B .. 256 KiB, 1 .. 64 MiB
 COLLS = ("psum", "psum_scatter", "all_gather")
-GROUPS = {"M": ("mpiabi",), "G": ("gloo", "gocljax", "numpy")}
-COLUMNS = ("mpiabi", "gloo", "gocljax", "numpy")
+GROUPS = {"M": ("mpiabi",), "G": ("gloo", "gocljax", "numpy"), "O": ("ompi",)}
+COLUMNS = ("mpiabi", "gloo", "gocljax", "numpy", "ompi")
 
 
 # ---------------------------------------------------------------- one rank
 def worker(args) -> None:
     group = args.group
+    if group == "O":  # started by mpirun: the ranks are Open MPI's
+        os.environ["RANK"] = os.environ["OMPI_COMM_WORLD_RANK"]
+        os.environ["WORLD_SIZE"] = os.environ["OMPI_COMM_WORLD_SIZE"]
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     os.environ["JAX_NUM_CPU_DEVICES"] = "1"
     import numpy as np
@@ -70,7 +73,7 @@ def worker(args) -> None:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     jax.distributed.initialize(f"127.0.0.1:{os.environ['BENCH_JAX_PORT']}", num_processes=world, process_id=rank)
     impl = jax.config.jax_cpu_collectives_implementation
-    assert impl == ("mpi" if group == "M" else "gloo"), (group, impl)
+    assert impl == ("gloo" if group == "G" else "mpi"), (group, impl)
     mesh = jax.make_mesh((world,), ("i",))
     shard_map = getattr(jax, "shard_map", None)
     if shard_map is None:  # jax < 0.6.1
@@ -109,8 +112,8 @@ def worker(args) -> None:
         xg = jax.make_array_from_process_local_data(sh, local)
         lax_call = lambda f=f, x=xg: f(x).block_until_ready()
         lax_check = lambda f=f, x=xg: np.array_equal(np.asarray(f(x).addressable_shards[0].data), want)
-        if group == "M":
-            out["mpiabi"] = (lax_call, lax_check)
+        if group in ("M", "O"):
+            out[GROUPS[group][0]] = (lax_call, lax_check)
         else:
             out["gloo"] = (lax_call, lax_check)
             g = ffi_fns[coll]
@@ -133,13 +136,16 @@ def worker(args) -> None:
         for name, (_, check) in cases[c, s].items():
             if not check():
                 bad.append(f"{name} {c} {human(s)}")
-    if group == "M":
+    if group in ("M", "O"):
         with open("/proc/self/maps") as m:
             maps = m.read()
-        assert "libgocl_mpiabi.so" in maps, "gocl's MPI ABI library is not mapped: JAX's collectives did not go over gocl"
+        lib = "libgocl_mpiabi.so" if group == "M" else os.path.basename(os.environ["MPITRAMPOLINE_LIB"])
+        assert lib in maps, f"{lib} is not mapped: JAX's collectives did not go over it"
     print(json.dumps({"ready": group, "rank": rank, "bad": bad}), flush=True)
 
-    for line in sys.stdin:  # "coll size column iters" | "check" | "quit"
+    # Open MPI's mpirun does not pass stdin on to its ranks here: group O reads a FIFO per rank
+    cmds = open(os.environ["BENCH_CMD_FIFO"] % rank) if group == "O" else sys.stdin
+    for line in cmds:  # "coll size column iters" | "check" | "quit"
         cmd = line.split()
         if not cmd or cmd[0] == "quit":
             break
@@ -155,6 +161,9 @@ def worker(args) -> None:
             call()
         dt = (time.perf_counter() - t0) / iters
         print(json.dumps({"t": dt, "rank": rank}), flush=True)
+    if group == "O":  # Open MPI aborts on the MPI_Comm_free calls XLA makes after jaxlib's MPI_Finalize
+        sys.stdout.flush()
+        os._exit(0)
     if group == "G":
         comm.destroy()
         gj.shutdown()
@@ -172,6 +181,23 @@ class Group:
                "--sizes", ",".join(map(str, args.sizes)), "--colls", ",".join(args.colls)]
         self.name = name
         self.procs = []
+        self.n = n
+        self.fifos = None
+        if name == "O":  # one mpirun for all ranks, unbound as the other groups' processes; commands through FIFOs
+            import tempfile
+
+            d = tempfile.mkdtemp(prefix="jaxcoll-")
+            for r in range(n):
+                os.mkfifo(os.path.join(d, f"cmd-{r}"))
+            env = {**os.environ, **extra_env, "BENCH_JAX_PORT": str(jport), "PYTHONUNBUFFERED": "1",
+                   "BENCH_CMD_FIFO": os.path.join(d, "cmd-%d")}
+            xs = [a for k in ("BENCH_JAX_PORT", "JAX_CPU_COLLECTIVES_IMPLEMENTATION", "MPITRAMPOLINE_LIB",
+                              "PYTHONUNBUFFERED", "BENCH_CMD_FIFO") for a in ("-x", k)]
+            self.procs.append(subprocess.Popen(["mpirun", "--allow-run-as-root", "--quiet", "--oversubscribe", "--bind-to", "none",
+                                                "-n", str(n), *xs] + cmd, env=env, stdin=subprocess.DEVNULL,
+                                               stdout=subprocess.PIPE, text=True))
+            self.fifo_dir = d
+            return
         for r in range(n):
             env = rank_env(r, n, "127.0.0.1", port, secret=secret)
             for k in ("JAX_CPU_COLLECTIVES_IMPLEMENTATION", "MPITRAMPOLINE_LIB"):
@@ -180,6 +206,8 @@ class Group:
             self.procs.append(subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
 
     def replies(self) -> list[dict]:
+        if self.name == "O":
+            return self._mpirun_replies()
         out = []
         for p in self.procs:
             while True:
@@ -192,13 +220,49 @@ class Group:
                 print(f"[{self.name}] {line.rstrip()}", file=sys.stderr)
         return out
 
+    def _mpirun_replies(self) -> list[dict]:
+        """n replies from mpirun's one pipe, where two ranks' lines can arrive run together."""
+        out, buf, dec = [], "", json.JSONDecoder()
+        while len(out) < self.n:
+            line = self.procs[0].stdout.readline()
+            if not line:
+                raise SystemExit(f"group {self.name}: mpirun exited (code {self.procs[0].wait()})")
+            buf += line.strip()
+            while buf.startswith("{"):
+                try:
+                    obj, end = dec.raw_decode(buf)
+                except json.JSONDecodeError:
+                    break  # the rest of it is on a later line
+                out.append(obj)
+                buf = buf[end:].lstrip()
+            if buf and not buf.startswith("{"):
+                print(f"[{self.name}] {buf}", file=sys.stderr)
+                buf = ""
+        return out
+
     def send(self, msg: str) -> list[dict]:
+        if self.name == "O":
+            if self.fifos is None:  # the ranks open theirs once they are ready
+                self.fifos = [open(os.path.join(self.fifo_dir, f"cmd-{r}"), "w") for r in range(self.n)]
+            for f in self.fifos:
+                f.write(msg + "\n")
+                f.flush()
+            return self.replies()
         for p in self.procs:
             p.stdin.write(msg + "\n")
             p.stdin.flush()
         return self.replies()
 
     def close(self) -> None:
+        if self.name == "O":
+            import shutil
+
+            for f in self.fifos or []:
+                f.write("quit\n")
+                f.close()
+            self.procs[0].wait()
+            shutil.rmtree(self.fifo_dir, ignore_errors=True)
+            return
         for p in self.procs:
             try:
                 p.stdin.write("quit\n")
@@ -206,7 +270,7 @@ class Group:
             except BrokenPipeError:
                 pass
         codes = [p.wait() for p in self.procs]
-        if any(codes):
+        if any(codes) and self.name != "O":
             raise SystemExit(f"group {self.name}: a rank failed (exit codes {codes})")
 
 
@@ -224,6 +288,8 @@ def main() -> None:
     p.add_argument("--burst-s", type=float, default=0.05, help="target seconds of the slowest column's burst")
     p.add_argument("--min-iters", type=int, default=3)
     p.add_argument("--max-iters", type=int, default=500)
+    p.add_argument("--ompi-lib", help="also time JAX's collectives over Open MPI through the MPI door: this "
+                   "MPIwrapper libmpiwrapper.so (patched: MPI_Is_thread_main true, MPI_THREAD_MULTIPLE), under mpirun")
     p.add_argument("--markdown", action="store_true")
     p.add_argument("--json", help="also write the rows here")
     p.add_argument("--worker", help=argparse.SUPPRESS)
@@ -240,17 +306,21 @@ def main() -> None:
     if not lib.is_file():
         raise SystemExit(f"gocl's MPI ABI library is missing ({lib}): make pylib")
     n = args.ranks
-    groups = {"M": Group("M", n, args, {"JAX_CPU_COLLECTIVES_IMPLEMENTATION": "mpi", "MPITRAMPOLINE_LIB": str(lib)}),
-              "G": Group("G", n, args, {"JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo"})}
+    envs = {"M": {"JAX_CPU_COLLECTIVES_IMPLEMENTATION": "mpi", "MPITRAMPOLINE_LIB": str(lib)},
+            "G": {"JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo"}}
+    if args.ompi_lib:
+        envs["O"] = {"JAX_CPU_COLLECTIVES_IMPLEMENTATION": "mpi", "MPITRAMPOLINE_LIB": os.path.abspath(args.ompi_lib)}
+    groups = {}
     wrong = []  # "column coll size (when, rank)": counted and shown, not fatal (gloo's are what issue 40 cites)
-    for g in groups.values():  # compile and check: the groups one after the other
+    for name, env in envs.items():  # start, compile and check: one group after the other
+        g = groups[name] = Group(name, n, args, env)
         for r in g.replies():
             wrong += [f"{b} (first call, rank {r['rank']})" for b in r["bad"]]
     of = {col: g for g in groups.values() for col in GROUPS[g.name]}
-    cols = [c for c in COLUMNS if c in args.columns]
+    cols = [c for c in COLUMNS if c in args.columns and c in of]
 
     def burst(coll, size, col, iters) -> float:
-        return of[col].send(f"{coll} {size} {col} {iters}")[0]["t"]  # rank 0's mean per call
+        return next(r["t"] for r in of[col].send(f"{coll} {size} {col} {iters}") if r["rank"] == 0)  # rank 0's mean
 
     rows = []
     for coll in args.colls:
@@ -287,12 +357,13 @@ def ratio(row, a, b) -> str:
 
 def ratios_text(row) -> str:
     return (f"  gloo/mpiabi {ratio(row, 'gloo', 'mpiabi')}  mpiabi/numpy {ratio(row, 'mpiabi', 'numpy')}"
-            f"  gocljax/numpy {ratio(row, 'gocljax', 'numpy')}")
+            f"  gocljax/numpy {ratio(row, 'gocljax', 'numpy')}  ompi/mpiabi {ratio(row, 'ompi', 'mpiabi')}")
 
 
 def print_table(rows, cols, markdown: bool) -> None:
     head = ["coll", "size"] + [f"{c} us" for c in cols] + ["gloo/mpiabi (goal >= 3)", "mpiabi/numpy (goal <= 1.3 from 1 MiB)",
-                                                            "gocljax/numpy", "mpiabi range", "numpy range"]
+                                                            "gocljax/numpy"] + \
+        (["ompi/mpiabi (goal >= 1)"] if "ompi" in cols else []) + ["mpiabi range", "numpy range"]
 
     def rng(r, c):
         return f"{r['spread'][c][0] * 1e6:.0f}-{r['spread'][c][1] * 1e6:.0f}" if c in r["spread"] else "-"
@@ -304,7 +375,9 @@ def print_table(rows, cols, markdown: bool) -> None:
         gmark = "" if g == "-" else (" ok" if r["gloo"] / r["mpiabi"] >= 3 else " MISS")
         mmark = "" if m == "-" or r["size"] < (1 << 20) else (" ok" if r["mpiabi"] / r["numpy"] <= 1.3 else " MISS")
         body.append([r["coll"], human(r["size"])] + [f"{r[c] * 1e6:.1f}" for c in cols]
-                    + [g + gmark, m + mmark, ratio(r, "gocljax", "numpy"), rng(r, "mpiabi"), rng(r, "numpy")])
+                    + [g + gmark, m + mmark, ratio(r, "gocljax", "numpy")]
+                    + ([ratio(r, "ompi", "mpiabi") + (" ok" if r["ompi"] >= r["mpiabi"] else " MISS")] if "ompi" in cols else [])
+                    + [rng(r, "mpiabi"), rng(r, "numpy")])
     if markdown:
         print("\n".join(["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + "|"]
                         + ["| " + " | ".join(r) + " |" for r in body]))
