@@ -16,12 +16,16 @@ numpy one excepted):
            (the FFI custom calls) on each process's local array
   numpy    gocl's numpy API into preallocated arrays (Communicator.all_reduce,
            reduce_scatter, all_gather with out=): the transport without JAX
+  ompi     with --ompi-lib LIB only: mpiabi's functions with MPITRAMPOLINE_LIB=LIB,
+           an MPIwrapper over Open MPI patched as its JAX users do
+           (MPI_Is_thread_main true, MPI_THREAD_MULTIPLE), ranks under mpirun
 
-JAX's collectives implementation is fixed per process, so two process groups
-of N ranks each are started once and kept: group M (mpiabi) and group G
-(gloo, gocljax, numpy). Both compile and check every case first, then wait on
-stdin; the launcher (this script) then hands out one burst at a time, to one
-group at a time (the other is blocked reading its stdin, idle), and every
+JAX's collectives implementation is fixed per process, so process groups of
+N ranks each are started once, one after the other, and kept: group M
+(mpiabi), group G (gloo, gocljax, numpy) and with --ompi-lib group O (ompi,
+one mpirun). Each compiles and checks every case first, then waits on stdin
+(group O: a FIFO per rank); the launcher (this script) then hands out one burst at a time, to one
+group at a time (the others are blocked reading their commands, idle), and every
 rank reports back before the next burst starts. For each (collective, size)
 it runs --rounds rounds; each round runs one burst of every column, the
 column order rotated by one each round, so a change of machine load hits all
