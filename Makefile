@@ -20,7 +20,7 @@ PYDOCTOR := python/gocl/_native/gocl-doctor
 PYPERF  := python/gocl/_native/gocl-perf
 # gocl behind MPItrampoline's MPI ABI (JAX_CPU_COLLECTIVES_IMPLEMENTATION=mpi, MPITRAMPOLINE_LIB=$(gocl mpi-abi)).
 PYMPIABI := python/gocl/_native/libgocl_mpiabi.so
-MPIABI_SOURCES := mpiabi/gocl_mpiabi.c mpiabi/launcher_world.c mpiabi/launcher_world.h mpiabi/mpiabi_stubs.c mpiabi/mpiabi_consts.h capi/gocl.h
+MPIABI_SOURCES := mpiabi/gocl_mpiabi.c mpiabi/launcher_world.c mpiabi/launcher_world.h mpiabi/mpiabi_stubs.c mpiabi/mpiabi_consts.h jax_ffi/memory.c jax_ffi/memory.h capi/gocl.h
 PERF_SOURCES := bench/gocl_perf.c bench/perf_common.c bench/perf_common.h tests/c/launch.c tests/c/launch.h capi/gocl.h
 DOCTOR_SOURCES := $(shell find cmd/gocl-doctor doctor -type f 2>/dev/null) go.mod $(wildcard go.sum)
 
@@ -81,7 +81,7 @@ $(PYPERF): $(PERF_SOURCES) $(PYLIB)
 # mpiabi/mpiabi_stubs.c and mpiabi_consts.h are generated (committed): `make mpiabi-gen`
 # remakes them from MPItrampoline's tables (MPITRAMPOLINE_SRC: its source tree or git dir).
 $(PYMPIABI): $(MPIABI_SOURCES) $(PYLIB)
-	$(CC) -O2 -Wall -Wextra -shared -fPIC -fvisibility=hidden -Icapi -Impiabi mpiabi/gocl_mpiabi.c mpiabi/launcher_world.c mpiabi/mpiabi_stubs.c \
+	$(CC) -O2 -Wall -Wextra -shared -fPIC -fvisibility=hidden -Icapi -Impiabi -Ijax_ffi mpiabi/gocl_mpiabi.c mpiabi/launcher_world.c mpiabi/mpiabi_stubs.c jax_ffi/memory.c \
 		-L$(@D) -lgocl -lpthread -Wl,--no-undefined $(RPATH) -o $(@D)/.tmp-libgocl_mpiabi.so
 	@mv -f $(@D)/.tmp-libgocl_mpiabi.so $@
 

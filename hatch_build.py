@@ -206,8 +206,9 @@ ARTIFACTS = [
     # `gocl perf` runs it: nccl-tests' benchmark over the C API.
     CArtifact("gocl-perf", ("bench/gocl_perf.c", "bench/perf_common.c", "tests/c/launch.c")),
     # `gocl mpi-abi` names it: gocl behind MPItrampoline's MPI ABI (JAX's CPU collectives over MPI).
-    CArtifact("libgocl_mpiabi.so", ("mpiabi/gocl_mpiabi.c", "mpiabi/launcher_world.c", "mpiabi/mpiabi_stubs.c"),
-              ("-shared", "-fPIC", "-fvisibility=hidden", "-Impiabi")),
+    CArtifact("libgocl_mpiabi.so", ("mpiabi/gocl_mpiabi.c", "mpiabi/launcher_world.c", "mpiabi/mpiabi_stubs.c",
+                                    "jax_ffi/memory.c"),
+              ("-shared", "-fPIC", "-fvisibility=hidden", "-Impiabi", "-Ijax_ffi")),
 ]
 
 

@@ -54,6 +54,7 @@
 #include <unistd.h>
 
 #include "gocl.h"
+#include "memory.h" /* jax_ffi/memory.c: result memory, shared with gocl.jax's FFI calls */
 #include "launcher_world.h"
 #include "mpiabi_consts.h"
 
@@ -516,9 +517,26 @@ EXPORT int gocl_mpiabi_launcher_world(const char* hostname, char* out, size_t le
   return have;
 }
 
+/* XLA allocates every collective's result anew with malloc; from 32 MiB
+ * glibc maps fresh pages for it on every call, and each page fault inside
+ * gocl's ring stalls the peer too (psum of 32 MiB over 2 processes: 33 ms,
+ * against 7.4 ms for the numpy API; bench/JAX_MPIABI.md). As gocl.jax's FFI
+ * calls do (jax_ffi/memory.c), glibc is told to keep freed memory for reuse
+ * (GOCL_JAX_MALLOC=0 leaves malloc alone; MALLOC_* or GLIBC_TUNABLES set by
+ * the user win), and a result still on fresh pages is populated before the
+ * collective starts. */
+static void keep_result_memory(void) {
+  const char* v = getenv("GOCL_JAX_MALLOC");
+  if (v != NULL && (strcmp(v, "0") == 0 || strcasecmp(v, "false") == 0 || strcasecmp(v, "off") == 0 ||
+                    strcasecmp(v, "no") == 0))
+    return;
+  gocl_jax_keep_freed_memory((size_t)256 << 20); /* jax_ffi/memory.go's keepBytes */
+}
+
 static int do_init(int required, int* provided) {
   pthread_mutex_lock(&state_mu);
   if (state == 0) {
+    keep_result_memory();
     if (!form_world()) fprintf(stderr, "gocl MPI ABI: MPI_Init: %s\n", init_error);
     __atomic_store_n(&state, 1, __ATOMIC_RELEASE);
   }
@@ -975,6 +993,7 @@ static int allreduce(comm* c, const void* sb, void* rb, size_t count, const dtin
     void* tmp;
     const void* src = unalias(sb, bytes, rb, bytes, &tmp);
     if (src == NULL) return fail(GOCL_MPI_ERR_NO_MEM, "%s: out of memory", what);
+    gocl_jax_prepare_result(rb, bytes);
     pthread_mutex_lock(&c->mu);
     r = goclAllReduce(src, rb, count * scale, gt, gop, c->g, NULL);
     pthread_mutex_unlock(&c->mu);
@@ -1043,6 +1062,7 @@ static int reduce_scatter(comm* c, const void* sb, void* rb, size_t count, const
     const void* src = in_place ? sb : unalias(sb, total, rb, bytes, &tmp);
     if (in_place) tmp = NULL;
     if (src == NULL) return fail(GOCL_MPI_ERR_NO_MEM, "%s: out of memory", what);
+    gocl_jax_prepare_result(dst, bytes);
     pthread_mutex_lock(&c->mu);
     r = goclReduceScatter(src, dst, count * scale, gt, gop, c->g, NULL);
     pthread_mutex_unlock(&c->mu);
@@ -1135,6 +1155,7 @@ EXPORT int MPIABI_Allgather(const void* sendbuf, int sendcount, uintptr_t sendty
   const void* src = sendbuf == (char*)recvbuf + (size_t)c->rank * rbytes ? sendbuf
                                                                         : unalias(sendbuf, sbytes, recvbuf, total, &tmp);
   if (src == NULL) return fail(GOCL_MPI_ERR_NO_MEM, "MPI_Allgather: out of memory");
+  gocl_jax_prepare_result(recvbuf, total);
   pthread_mutex_lock(&c->mu);
   goclResult_t r = goclAllGather(src, recvbuf, rbytes, goclUint8, c->g, NULL);
   pthread_mutex_unlock(&c->mu);
@@ -1168,6 +1189,7 @@ EXPORT int MPIABI_Alltoall(const void* sendbuf, int sendcount, uintptr_t sendtyp
     free(tmp);
     return GOCL_MPI_SUCCESS;
   }
+  gocl_jax_prepare_result(recvbuf, total);
   pthread_mutex_lock(&c->mu);
   goclResult_t r = goclAlltoAll(src, recvbuf, rbytes, goclUint8, c->g, NULL);
   pthread_mutex_unlock(&c->mu);
