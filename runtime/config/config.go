@@ -70,7 +70,7 @@ var table = []Var{
 	{"METRICS_PORT", "", ReadStartup, "PORT (on 127.0.0.1 only) or HOST:PORT (0.0.0.0:PORT: every interface): serve per-op counters in Prometheus' text format at /metrics (a port per process)"},
 	{"SPIN_US", "50", ReadProcess, "microseconds a waiting rank polls before it sleeps, when a core is free for it (scaled when ranks outnumber cores: runtime/host); 0 sleeps at once"},
 	{"DEFAULTS", "1", ReadStartup, "1: on a machine gocl doctor's knowledge base flags, set the safe settings you left unset for the other libraries in the process (e.g. NCCL_P2P_DISABLE=1), logged at INFO; 0: none"},
-	{"JAX_MALLOC", "1", ReadJaxInit, "1: gocl.jax keeps glibc's freed memory for reuse, so XLA's result buffers are resident pages (unless MALLOC_* or GLIBC_TUNABLES tune malloc); 0: leave malloc alone"},
+	{"JAX_MALLOC", "1", ReadJaxInit, "1: gocl.jax and gocl's MPI ABI library (read by its MPI_Init) keep glibc's freed memory for reuse, so XLA's result buffers are resident pages (unless MALLOC_* or GLIBC_TUNABLES tune malloc); 0: leave malloc alone"},
 	{"DIRECT_THRESHOLD", "32768", ReadInit, "bytes: largest call (for allgather and reducescatter: largest block) for which the tuner considers the one-shot direct algorithm; GOCL_ALGO=direct forces it at any size"},
 }
 
