@@ -261,6 +261,7 @@ func FetchID(x Exchange) (ID, error) {
 	key := exchangeKey(x.Secret)
 	var held *ID // the id of an attempt whose "counted" was lost
 	last := "no answer"
+	impostor := "" // an answer that failed authentication outranks a later dial cut by the deadline
 	pause := 20 * time.Millisecond
 	for {
 		left := time.Duration(1<<62 - 1)
@@ -268,6 +269,9 @@ func FetchID(x Exchange) (ID, error) {
 			left = time.Until(x.Deadline)
 		}
 		if left <= 0 {
+			if impostor != "" && impostor != last {
+				last = impostor + " (the last attempt: " + last + ")"
+			}
 			return ID{}, status.Errorf(status.Timeout,
 				"rank %d timed out waiting for rank 0 to serve the unique id at %s (MASTER_ADDR:MASTER_PORT); last: %s. Is rank 0 running, with the same MASTER_ADDR, MASTER_PORT and GOCL_RENDEZVOUS_SECRET?",
 				x.Rank, addr, last)
@@ -284,7 +288,8 @@ func FetchID(x Exchange) (ID, error) {
 				held = r.held
 			}
 		case errors.Is(err, errAuth):
-			last = fmt.Sprintf("whoever answers at %s did not prove it holds this job's rendezvous secret (another program or job on MASTER_PORT, or rank 0 started with another GOCL_RENDEZVOUS_SECRET)", addr)
+			impostor = fmt.Sprintf("whoever answers at %s did not prove it holds this job's rendezvous secret (another program or job on MASTER_PORT, or rank 0 started with another GOCL_RENDEZVOUS_SECRET)", addr)
+			last = impostor
 		default:
 			last = err.Error()
 		}
