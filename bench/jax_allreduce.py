@@ -36,7 +36,7 @@ import subprocess
 import sys
 import time
 
-from _units import human, parse_bytes  # bench/ is on sys.path: these run as scripts
+from _units import human, parse_bytes, print_table  # bench/ is on sys.path: these run as scripts
 
 # 8 B, 64 B ... 256 KiB, then every power of two from 1 MiB to 64 MiB
 SIZES = [8 * 8**k for k in range(6)] + [1 << k for k in range(20, 27)]
@@ -211,12 +211,7 @@ def main() -> None:
     body = [[human(r["size"]), us(r, "gloo"), us(r, "mpi4jax"), us(r, "gocl"), us(r, "numpy"),
              f"{r['gocl'] / r['numpy']:.2f}", f"{r['gloo'] / r['gocl']:.2f}" + ("" if r["ok"] else " (WRONG RESULT)"),
              spread(r, "gocl"), spread(r, "numpy")] for r in rows]
-    if args.markdown:
-        print("\n".join(["| " + " | ".join(head) + " |", "|" + "|".join("---:" for _ in head) + "|"]
-                        + ["| " + " | ".join(r) + " |" for r in body]))
-    else:
-        w = [max(len(x) for x in col) for col in zip(head, *body)]
-        print("\n".join("  ".join(f"{c:>{k}}" for c, k in zip(r, w)) for r in [head] + body))
+    print_table(head, body, args.markdown)
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ import subprocess
 import sys
 import time
 
-from _units import human, parse_bytes  # bench/ is on sys.path: these run as scripts
+from _units import human, parse_bytes, print_table as print_rows  # bench/ is on sys.path: these run as scripts
 
 SIZES = [8 * 8**k for k in range(6)] + [1 << k for k in range(20, 27)]  # 8 B .. 256 KiB, 1 .. 64 MiB
 COLLS = ("psum", "psum_scatter", "all_gather")
@@ -382,12 +382,7 @@ def print_table(rows, cols, markdown: bool) -> None:
                     + [g + gmark, m + mmark, ratio(r, "gocljax", "numpy")]
                     + ([ratio(r, "ompi", "mpiabi") + (" ok" if r["ompi"] >= r["mpiabi"] else " MISS")] if "ompi" in cols else [])
                     + [rng(r, "mpiabi"), rng(r, "numpy")])
-    if markdown:
-        print("\n".join(["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + "|"]
-                        + ["| " + " | ".join(r) + " |" for r in body]))
-    else:
-        w = [max(len(x) for x in col) for col in zip(head, *body)]
-        print("\n".join("  ".join(f"{c:>{k}}" for c, k in zip(r, w)) for r in [head] + body))
+    print_rows(head, body, markdown, text_cols=2)
 
 
 if __name__ == "__main__":
