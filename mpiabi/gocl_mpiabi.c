@@ -526,10 +526,20 @@ EXPORT int gocl_mpiabi_launcher_world(const char* hostname, char* out, size_t le
  * the user win), and a result still on fresh pages is populated before the
  * collective starts. */
 static void keep_result_memory(void) {
+  /* Read as gocl's settings read a boolean (runtime/config's Bool): unset is
+   * the table's default, 1; set, it is on only for 1, true, yes or on
+   * (any case, spaces around ignored). */
   const char* v = getenv("GOCL_JAX_MALLOC");
-  if (v != NULL && (strcmp(v, "0") == 0 || strcasecmp(v, "false") == 0 || strcasecmp(v, "off") == 0 ||
-                    strcasecmp(v, "no") == 0))
-    return;
+  if (v != NULL) {
+    while (*v == ' ' || (*v >= '\t' && *v <= '\r')) v++;
+    size_t n = strlen(v);
+    while (n > 0 && (v[n - 1] == ' ' || (v[n - 1] >= '\t' && v[n - 1] <= '\r'))) n--;
+    static const char* const on[] = {"1", "true", "yes", "on"};
+    int yes = 0;
+    for (size_t i = 0; i < sizeof on / sizeof on[0]; i++)
+      if (strlen(on[i]) == n && strncasecmp(v, on[i], n) == 0) yes = 1;
+    if (!yes) return;
+  }
   gocl_jax_keep_freed_memory((size_t)256 << 20); /* jax_ffi/memory.go's keepBytes */
 }
 
