@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"sync"
 )
 
 // A count larger than the caller's buffers makes a call read or write past
@@ -32,9 +33,15 @@ func FaultAddr(r any) (uintptr, bool) {
 // fatal error).
 const FaultExit = 2
 
+// exiting is held by the first Fatal for good: ranks of one process that
+// fault at once (in-process ranks given the same overcount) print one line
+// between them, and the others wait for the exit.
+var exiting sync.Mutex
+
 // Fatal writes one line about a memory fault at addr in the call described
 // by call (its name, rank and count) to stderr and ends the process.
 func Fatal(call string, addr uintptr) {
+	exiting.Lock()
 	fmt.Fprintf(os.Stderr, "gocl: fatal: %s: memory fault at address %#x in the call's buffers: "+
 		"the count is larger than the buffers passed (undefined behaviour, as with memcpy; memory may be corrupted), "+
 		"so the process exits (status %d)\n", call, addr, FaultExit)
