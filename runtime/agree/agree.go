@@ -189,6 +189,10 @@ type Machine struct {
 	acc       map[int]*acceptor
 	next      int // the first epoch without a known decision
 	run       *run
+	// dead are the ranks a failure detector declared gone (gocl's
+	// heartbeats): every run starts with them gone, so it does not wait its
+	// join window for them. A message from one brings it back.
+	dead map[int]bool
 	// leftOut is an agreed shrink the others decided without this rank
 	// while it was not shrinking (it was late, or taken for dead): its next
 	// shrink call is that one, and fails at once saying so (-1: none).
@@ -200,7 +204,7 @@ func New(cfg Config) *Machine {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
-	return &Machine{cfg: cfg, decisions: map[int]Value{}, acc: map[int]*acceptor{}, leftOut: -1}
+	return &Machine{cfg: cfg, decisions: map[int]Value{}, acc: map[int]*acceptor{}, dead: map[int]bool{}, leftOut: -1}
 }
 
 // Timeout is the join window in force.
@@ -236,8 +240,24 @@ func (m *Machine) Start(now time.Duration, explicit bool, exclude []int) ([]Msg,
 	r.peers = make([]peer, m.cfg.N)
 	for i := range r.peers {
 		r.peers[i].active = -1
+		r.peers[i].gone = m.dead[i]
 	}
 	m.run = r
+	return m.Step(now)
+}
+
+// Dead tells the machine that a failure detector declared peer gone (it
+// stopped answering heartbeats): this run and later ones take it for gone
+// as if it had refused, unless it speaks again. Safety does not rest on it:
+// a rank declared dead while only slow is at worst left out.
+func (m *Machine) Dead(now time.Duration, peerRank int) ([]Msg, *Outcome) {
+	if peerRank < 0 || peerRank >= m.cfg.N || peerRank == m.cfg.Rank {
+		return nil, nil
+	}
+	m.dead[peerRank] = true
+	if r := m.run; r != nil && !r.done {
+		r.peers[peerRank].gone = true
+	}
 	return m.Step(now)
 }
 
@@ -315,6 +335,7 @@ func (m *Machine) Receive(now time.Duration, in Msg) ([]Msg, *Outcome) {
 	if r != nil && !r.done && in.From >= 0 && in.From < m.cfg.N && in.From != m.cfg.Rank {
 		p := &r.peers[in.From]
 		p.active, p.heard, p.silent, p.gone, p.lastSeen = in.Active, true, false, false, now
+		delete(m.dead, in.From)
 		p.explicit, p.exclude = in.Explicit, in.Exclude
 		r.maxSeen = max(r.maxSeen, in.Active)
 		r.round = max(r.round, in.Ballot.Round, in.AccBallot.Round)

@@ -71,6 +71,15 @@ type plan struct {
 	// kind (Accept: a coordinator in phase 2; Decide: one that decided),
 	// the messages of that batch reaching only some peers.
 	dieAt []Kind
+	// verdicts: a failure detector (gocl's heartbeats) declares a rank dead
+	// on one rank (Machine.Dead): the crashed and stopped ones soon after,
+	// and now and then a healthy one (a false verdict: safety must hold).
+	verdicts []verdict
+}
+
+type verdict struct {
+	at      time.Duration
+	by, who int
 }
 
 func makePlan(rng *rand.Rand) plan {
@@ -124,6 +133,27 @@ func makePlan(rng *rand.Rand) plan {
 	if rng.Intn(3) == 0 {
 		p.drop = rng.Float64() * 0.1
 	}
+	if rng.Intn(2) == 0 { // heartbeats on: a verdict reaches every other rank
+		const hb = 400 * time.Millisecond
+		declare := func(who int, at time.Duration) {
+			for by := range n {
+				if by != who {
+					p.verdicts = append(p.verdicts, verdict{at + ms(100), by, who})
+				}
+			}
+		}
+		for r := range n {
+			if p.crash[r] >= 0 {
+				declare(r, p.crash[r]+hb)
+			}
+			if s := p.pause[r]; s.to-s.from > hb {
+				declare(r, s.from+hb)
+			}
+			if rng.Intn(12) == 0 {
+				declare(r, ms(3000)) // wrongly: it is only slow, or nothing at all
+			}
+		}
+	}
 	return p
 }
 
@@ -150,6 +180,11 @@ func (p plan) healthy(r int) bool {
 	}
 	for k := range p.cut {
 		if k[0] == r || k[1] == r {
+			return false
+		}
+	}
+	for _, v := range p.verdicts {
+		if v.who == r { // declared dead: it may be left out
 			return false
 		}
 	}
@@ -410,6 +445,17 @@ func runSeed(t *testing.T, seed int64, verbose bool) {
 			}
 			s.at(st, call)
 		}
+	}
+	for _, v := range s.p.verdicts {
+		s.at(v.at, func() {
+			if s.p.dead(v.by, s.now) || s.p.paused(v.by, s.now) {
+				return
+			}
+			s.logf("rank %d: heartbeat verdict on rank %d", v.by, v.who)
+			out, o := s.ms[v.by].Dead(s.now, v.who)
+			s.finish(v.by, o)
+			s.sendAll(out)
+		})
 	}
 	last := time.Duration(0)
 	for r := range n {

@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"encoding/json"
 	"net"
+	"sync"
 	"time"
 
 	"gocl/runtime/debuglog"
@@ -53,9 +54,35 @@ func serve(ln net.Listener, self int, secret []byte, handle func(Request) any, s
 		d.SetDeadline(time.Time{}) // the mesh's accept deadline
 	}
 	g := newGate(0)
+	// Sessions outlive their accept: closing the listener (the communicator
+	// is released) ends them too, so an asker hears that it is gone.
+	var mu sync.Mutex
+	open := map[net.Conn]bool{}
+	closed := false
+	defer func() {
+		mu.Lock()
+		closed = true
+		for c := range open {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
 	AcceptLoop(ln, true, func(c net.Conn) {
 		defer func() { recover() }()
-		defer c.Close()
+		mu.Lock()
+		if closed {
+			mu.Unlock()
+			c.Close()
+			return
+		}
+		open[c] = true
+		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			delete(open, c)
+			mu.Unlock()
+			c.Close()
+		}()
 		if !g.enter() {
 			return // too many strangers at once
 		}
@@ -81,10 +108,17 @@ func serve(ln net.Listener, self int, secret []byte, handle func(Request) any, s
 			return
 		}
 		c.SetDeadline(time.Time{}) // an authenticated peer; handle bounds its own wait
-		if sealing {
-			s.write(c, handle(req))
-		} else {
+		if !sealing {
 			writeMsg(c, handle(req))
+			return
+		}
+		// A sealed connection may carry more requests (a Session): answer
+		// each until the asker closes it.
+		for err == nil {
+			if err = s.write(c, handle(req)); err == nil {
+				req = Request{}
+				err = s.read(c, &req)
+			}
 		}
 	})
 }
@@ -93,23 +127,51 @@ func serve(ln net.Listener, self int, secret []byte, handle func(Request) any, s
 // reply. It does not retry: a refused connection is an answer too (the
 // process is gone, or its communicator was freed).
 func Ask(addr string, secret []byte, deadline time.Time, req Request, reply any) error {
+	s, err := Dial(addr, secret, deadline)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	return s.Ask(deadline, req, reply)
+}
+
+// Session is one authenticated, sealed connection to a rank's listener that
+// carries requests one after another (heartbeats: no handshake, no new
+// socket per question). One goroutine uses it at a time.
+type Session struct {
+	c net.Conn
+	s *sealed
+}
+
+// Dial opens a session with the rank serving at addr, authenticated before
+// deadline.
+func Dial(addr string, secret []byte, deadline time.Time) (*Session, error) {
 	d := net.Dialer{Deadline: deadline}
 	c, err := d.Dial("tcp", addr)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer c.Close()
 	c.SetDeadline(deadline)
 	key, err := authDialKey(c, secret)
-	if err != nil {
-		return err
+	if err == nil {
+		var s *sealed
+		if s, err = newSealed(key, true); err == nil {
+			return &Session{c: c, s: s}, nil
+		}
 	}
-	s, err := newSealed(key, true)
-	if err != nil {
-		return err
-	}
-	if err := s.write(c, req); err != nil {
-		return err
-	}
-	return s.read(c, reply)
+	c.Close()
+	return nil, err
 }
+
+// Ask sends req and reads the answer into reply before deadline. After an
+// error the session is unusable: close it.
+func (s *Session) Ask(deadline time.Time, req Request, reply any) error {
+	s.c.SetDeadline(deadline)
+	if err := s.s.write(s.c, req); err != nil {
+		return err
+	}
+	return s.s.read(s.c, reply)
+}
+
+// Close ends the session.
+func (s *Session) Close() error { return s.c.Close() }

@@ -53,6 +53,8 @@ func (c *Comm) serve(req bootstrap.Request) any {
 		}
 		c.fail(revoked(c.rank, from))
 		return listenerReply{}
+	case askGone:
+		return c.receiveGone(req.Body)
 	}
 	return listenerReply{Err: fmt.Sprintf("rank %d: unknown request %q (a gocl of another version?)", c.rank, req.Kind)}
 }

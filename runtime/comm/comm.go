@@ -48,10 +48,10 @@ type Comm struct {
 	deadline              transport.Deadline // the running call's, shared with the links that take it
 	eager                 []transport.Link   // links that are not transport.DeadlineSharers: SetDeadline at every call
 
-	opMu    sync.Mutex // one operation at a time; held for the whole call
+	opMu    sync.Mutex  // one operation at a time; held for the whole call
 	calling atomic.Bool // a thread is in a blocking call on the comm (claim)
-	seq     uint64     // collective calls so far
-	sendSeq []uint64   // point-to-point sends to each peer so far
+	seq     uint64      // collective calls so far
+	sendSeq []uint64    // point-to-point sends to each peer so far
 	recvSeq []uint64
 	anyNext int // where RecvAny starts looking (the peer after its last match)
 	scratch []byte
@@ -289,6 +289,7 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 	}
 	host.PlaceThread(c.localRank)
 	register(c)
+	c.startHeartbeat()
 	debuglog.Infof(debuglog.Init, rank, "init done: rank %d/%d, node %d/%d, local rank %d/%d, chunk %d B, %s, direct up to %d B, timeout %s",
 		rank, nranks, c.node, c.nnodes, c.localRank, c.localRanks, c.chunk, settings, settings.DirectMax, timeoutString(timeout))
 	return c, nil
@@ -406,7 +407,7 @@ func (c *Comm) usable() error {
 	}
 	if c.broken != nil {
 		return status.Errorf(status.CodeOf(c.broken),
-			"rank %d: the communicator is unusable after an earlier error (%v); abort it and create a new one", c.rank, c.broken)
+			"rank %d: the communicator is unusable after an earlier error (%w); abort it and create a new one", c.rank, c.broken)
 	}
 	return nil
 }

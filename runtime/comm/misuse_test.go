@@ -2,8 +2,8 @@ package comm
 
 import (
 	"os"
-	"runtime"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"

@@ -197,21 +197,33 @@ func TestProcessKilledMidAllReduce(t *testing.T) {
 // allreduces: every survivor's error names it, with errors.As finding the
 // rank, even the rank whose neighbour was itself only waiting (the root of
 // the wait chain, not the neighbour).
+//
+// With heartbeats, the stopped rank is named within the heartbeat timeout
+// though the communicator's timeout is long (GOCL_TIMEOUT=600): in a call,
+// and between calls (the survivors' next call fails at once).
 func TestProcessCulpritIsNamedEverywhere(t *testing.T) {
 	const n, victim = 3, 2
-	cases := []struct{ via, signal string }{{"shm", "stop"}, {"socket", "stop"}, {"socket", "kill"}}
+	cases := []struct{ via, signal, when string }{{"shm", "stop", ""}, {"socket", "stop", ""}, {"socket", "kill", ""},
+		{"shm", "stop", "heartbeat"}, {"socket", "stop", "heartbeat"}, {"shm", "stop", "heartbeat-idle"}}
 	if testing.Short() {
-		cases = cases[1:2]
+		cases = []struct{ via, signal, when string }{cases[1], cases[3], cases[5]}
 	}
 	for _, k := range cases {
-		t.Run(k.via+"/"+k.signal, func(t *testing.T) {
+		t.Run(k.via+"/"+k.signal+"/"+k.when, func(t *testing.T) {
 			dir := t.TempDir()
 			id, err := NewUniqueID()
 			if err != nil {
 				t.Fatal(err)
 			}
 			env := []string{childEnv + "=culprit", "GOCL_TEST_ID=" + hex.EncodeToString(id[:]), "GOCL_TEST_DIR=" + dir,
-				"GOCL_TIMEOUT=2", "GOCL_ALGO=ring", fmt.Sprintf("GOCL_TEST_NRANKS=%d", n), fmt.Sprintf("GOCL_TEST_CULPRIT=%d", victim)}
+				"GOCL_ALGO=ring", fmt.Sprintf("GOCL_TEST_NRANKS=%d", n), fmt.Sprintf("GOCL_TEST_CULPRIT=%d", victim)}
+			limit := 6 * time.Second
+			if k.when == "" {
+				env = append(env, "GOCL_TIMEOUT=2")
+			} else { // only the heartbeats can find it in time
+				env = append(env, "GOCL_TIMEOUT=600", "GOCL_HEARTBEAT_TIMEOUT=1.5", "GOCL_TEST_HEARTBEAT="+k.when)
+				limit = 8 * time.Second
+			}
 			if k.via == "socket" {
 				env = append(env, "GOCL_SHM_DISABLE=1")
 			}
@@ -263,8 +275,8 @@ func TestProcessCulpritIsNamedEverywhere(t *testing.T) {
 					t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r].String())
 					continue
 				}
-				if d := exited[r].Sub(hit); d > 6*time.Second {
-					t.Errorf("rank %d failed %v after the %s (GOCL_TIMEOUT=2)", r, d, k.signal)
+				if d := exited[r].Sub(hit); d > limit {
+					t.Errorf("rank %d failed %v after the %s, more than %v", r, d, k.signal, limit)
 				}
 				for _, line := range strings.Split(outs[r].String(), "\n") {
 					if strings.Contains(line, ", call ") {
@@ -378,6 +390,7 @@ func TestChildRank(t *testing.T) {
 		}
 	case "culprit":
 		culprit, _ := strconv.Atoi(os.Getenv("GOCL_TEST_CULPRIT"))
+		heartbeat := os.Getenv("GOCL_TEST_HEARTBEAT")
 		buf := make([]byte, 4*4096)
 		for i := 0; ; i++ {
 			err := c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(buf), Recv: ptr(buf), Count: 4096, Type: kernels.Float32})
@@ -387,11 +400,20 @@ func TestChildRank(t *testing.T) {
 				if !errors.As(err, &te) || te.Peer != culprit || strings.Count(err.Error(), fmt.Sprintf("rank %d", rank)) != 1 {
 					t.Fatalf("rank %d: want an error blaming rank %d (found by errors.As) that names rank %d once, got %v", rank, culprit, rank, err)
 				}
+				if heartbeat != "" && (te.Kind != transport.KindStalled || !strings.Contains(err.Error(), "stopped answering gocl's heartbeats")) {
+					t.Fatalf("rank %d: want the heartbeat's verdict on rank %d, got %v", rank, culprit, err)
+				}
 				c.Abort()
 				return
 			}
 			if i == 0 {
 				os.WriteFile(fmt.Sprintf("%s/ready-%d", os.Getenv("GOCL_TEST_DIR"), rank), nil, 0o644)
+				if heartbeat == "heartbeat-idle" && rank != culprit {
+					// Idle while the victim is stopped, until the verdict came.
+					for c.AsyncError() == nil {
+						time.Sleep(10 * time.Millisecond)
+					}
+				}
 			}
 		}
 	case "die":

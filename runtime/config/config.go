@@ -60,6 +60,7 @@ var table = []Var{
 	{"MIN_NCHANNELS", "1", ReadInit, "fewest channels a large ring allreduce is split across, when its shared-memory links have that many (ranks that disagree use the smallest)"},
 	{"MAX_NCHANNELS", "", ReadInit, "most channels (shared-memory FIFO pairs per peer, a goroutine each) a large ring allreduce is split across; unset: cores per local rank, at most 4"},
 	{"TIMEOUT", "600", ReadInit, "seconds an init or an operation may wait on a peer before failing with goclTimeout; a timeout given to the communicator (goclConfig_t.timeout, the torch group's timeout) takes precedence; 0: no limit"},
+	{"HEARTBEAT_TIMEOUT", "5", ReadInit, "seconds a process may leave gocl's heartbeats unanswered before its ranks are declared gone: each process is watched by the one before it in rank order, a ring (a probe on gocl's own threads every timeout/5, at most 1 s), and a silent one fails every call on the communicator on every rank, naming it, whatever GOCL_TIMEOUT says (a stopped, frozen or cut-off process: SIGSTOP, a debugger, a lost network); 0: off (then only GOCL_TIMEOUT ends such a wait: set 0 while you hold a rank in a debugger)"},
 	{"TRACE_BUFFER", "0", ReadInit, "keep the last N calls per communicator and print them when it fails (a flight recorder for post-mortems; 1000 when only TRACE_FILE is set)"},
 	{"STATUS", "1", ReadStartup, "the status endpoint gocl status and gocl top ask: 1: a Unix socket per process in GOCL_STATUS_DIR (only this user can ask); tcp:HOST:PORT: also on TCP, keyed by GOCL_STATUS_TOKEN; 0: none"},
 	{"STATUS_DIR", "", ReadStartup, "where the status endpoints' sockets are; unset: $XDG_RUNTIME_DIR/gocl, else /tmp/gocl-UID (made mode 0700; refused when it is a symlink, another user's, or open to others)"},
@@ -188,6 +189,18 @@ func Timeout() time.Duration {
 	return max(time.Duration(f*float64(time.Second)), 1) // a tiny positive timeout is not "no limit"
 }
 
+// HeartbeatTimeout is GOCL_HEARTBEAT_TIMEOUT as a duration; 0: heartbeats off.
+func HeartbeatTimeout() time.Duration {
+	f, err := parseSeconds(lookup("HEARTBEAT_TIMEOUT"))
+	if err != nil {
+		f = 5
+	}
+	if f <= 0 {
+		return 0
+	}
+	return max(time.Duration(f*float64(time.Second)), time.Millisecond)
+}
+
 // maxSeconds bounds GOCL_TIMEOUT well inside time.Duration (292 years).
 const maxSeconds = 1e9
 
@@ -220,6 +233,11 @@ func Check() error {
 	if s := strings.TrimSpace(lookup("TIMEOUT")); s != "" {
 		if _, err := parseSeconds(s); err != nil {
 			return fmt.Errorf("GOCL_TIMEOUT=%q is not a number of seconds up to %g (0: no limit)", s, float64(maxSeconds))
+		}
+	}
+	if s := strings.TrimSpace(lookup("HEARTBEAT_TIMEOUT")); s != "" {
+		if _, err := parseSeconds(s); err != nil {
+			return fmt.Errorf("GOCL_HEARTBEAT_TIMEOUT=%q is not a number of seconds up to %g (0: heartbeats off)", s, float64(maxSeconds))
 		}
 	}
 	return nil
