@@ -89,7 +89,9 @@ def test_status_shows_every_rank_in_its_call(tmp_path):
 
 
 def test_a_stopped_rank_is_named_within_two_seconds(tmp_path):
-    job = Job(tmp_path, 4)
+    # Heartbeats off: the job is resumed and must finish (with them, the
+    # stopped rank is declared gone after GOCL_HEARTBEAT_TIMEOUT: test_heartbeat.py).
+    job = Job(tmp_path, 4, GOCL_HEARTBEAT_TIMEOUT="0")
     try:
         pid = job.pids()[2]
         os.kill(pid, signal.SIGSTOP)

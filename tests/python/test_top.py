@@ -63,7 +63,7 @@ def _rank_line(text: str, r: int) -> str:
 
 
 def test_top_highlights_a_stopped_rank(tmp_path, fake_nvml_dir):
-    job = Job(tmp_path, 4)
+    job = Job(tmp_path, 4, GOCL_HEARTBEAT_TIMEOUT="0")  # the view of a stop held past the heartbeat timeout
     tmux = None
     try:
         pid = job.pids()[2]

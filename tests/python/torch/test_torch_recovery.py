@@ -57,3 +57,40 @@ def test_a_group_is_made_again_with_a_new_world_size():
     assert dist.get_world_size() == 3 and bool((x == 3).all()), x[:3]
     dist.barrier()
     dist.destroy_process_group()
+
+
+@needs_shrink
+@pytest.mark.ranks(4)
+def test_a_stopped_rank_is_named_by_the_heartbeats_and_shrunk_away():
+    """Rank 3 stops (SIGSTOP) with a 600 s group timeout: within the
+    heartbeat timeout every survivor's all_reduce raises naming it as
+    stopped (not exited), and dist.shrink_group([3]) works at once."""
+    import signal
+    import time
+
+    os.environ["GOCL_HEARTBEAT_TIMEOUT"] = "2"
+    dist.init_process_group("gocl", timeout=datetime.timedelta(seconds=600))
+    rank = dist.get_rank()
+    pids = [None] * 4
+    dist.all_gather_object(pids, os.getpid())
+    if rank == 3:
+        os.kill(os.getpid(), signal.SIGSTOP)
+        os._exit(0)  # resumed by rank 0 at the end
+    t0 = time.monotonic()
+    with pytest.raises(Exception, match="rank 3 stalled: it stopped answering gocl's heartbeats"):
+        for _ in range(1_000_000):
+            dist.all_reduce(torch.ones(1 << 14))
+    assert time.monotonic() - t0 < 25, "the survivors waited for the group's timeout, not the heartbeats"
+    t1 = time.monotonic()
+    group = dist.shrink_group([3])
+    assert time.monotonic() - t1 < 25
+    assert dist.get_world_size(group) == 3 and dist.get_rank(group) == rank
+    for i in range(5):
+        x = torch.full((1000 + i,), float(rank + i))
+        dist.all_reduce(x, group=group)
+        assert bool((x == 3 + 3 * i).all()), (i, x[:3])
+    dist.barrier(group=group)
+    if rank == 0:
+        os.kill(pids[3], signal.SIGCONT)
+    dist.destroy_process_group()
+    os._exit(0)  # the store's host (rank 0) may leave first
