@@ -102,7 +102,9 @@ func (c *Comm) heartbeat(p int, timeout time.Duration) {
 			continue
 		case errors.Is(err, syscall.ECONNREFUSED):
 			return // its listener is closed: it freed the communicator or exited
-		case !time.Now().Before(deadline):
+		case !time.Now().Before(deadline) || time.Since(heard) >= timeout:
+			// Silent until the deadline, or unreachable (no route: this
+			// host's link is down) for the whole timeout.
 			if c.unusable.Load() {
 				return
 			}

@@ -9,7 +9,8 @@ or a bridge (gocl.netns), 2 hosts x 2 ranks, 3 hosts x 1 rank.
   every collective and send/recv right on 2 hosts x 2 ranks and on 3 hosts
   on a bridge (the speed goals are bench/multihost.py's).
 - The link cut in the middle of all_reduces (`ip link set gocl0 down`),
-  unshaped and shaped: every rank fails within the timeout, none hangs.
+  unshaped and shaped: every rank fails within the timeout, none hangs; and
+  with a 600 s timeout, within the heartbeat timeout.
 - Long (GOCL_TEST_LONG=1, `make test-reliability`): torchrun's multi-node
   rendezvous with backend "gocl" and NCCL_SOCKET_IFNAME; without an
   interface setting the decoy is chosen and init fails instead of hanging.
@@ -23,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -158,14 +160,21 @@ def _start_ranks(hosts, mode: str, **extra: str) -> list[subprocess.Popen]:
 TIMEOUT = 2.0
 
 
-@pytest.fixture(scope="module", params=[None, "1gbit"], ids=["unshaped", "shaped"])
+@pytest.fixture(scope="module", params=[(None, False), ("1gbit", False), ("1gbit", True)],
+                ids=["unshaped", "shaped", "shaped-heartbeat"])
 def cut_results(request):
-    """all_reduce in a loop on 2x2 ranks; host 1's link goes down mid-call.
-    Returns [(exit code, seconds from the cut to its exit, output)] by rank."""
-    if request.param and netns.unavailable(shaped=True):
+    """all_reduce in a loop on 2x2 ranks; host 1's link goes down mid-call
+    (no reset reaches either side). Found by the communicator's timeout
+    (GOCL_TIMEOUT=2), or with GOCL_TIMEOUT=600 by the heartbeats alone
+    (GOCL_HEARTBEAT_TIMEOUT=2). Returns [(exit code, seconds from the cut to
+    its exit, output)] by rank."""
+    rate, heartbeat = request.param
+    if rate and netns.unavailable(shaped=True):
         pytest.skip(f"no shaped links: {netns.unavailable(shaped=True)}")
-    with netns.two_hosts("c", rate=request.param) as hosts:
-        procs = _start_ranks(hosts, "cut", GOCL_SOCKET_IFNAME=netns.IFNAME, GOCL_TIMEOUT=str(TIMEOUT))
+    timeouts = dict(GOCL_TIMEOUT="600", GOCL_HEARTBEAT_TIMEOUT=str(TIMEOUT)) if heartbeat else dict(
+        GOCL_TIMEOUT=str(TIMEOUT), GOCL_HEARTBEAT_TIMEOUT="0")
+    with netns.two_hosts("c", rate=rate) as hosts:
+        procs = _start_ranks(hosts, "cut", GOCL_SOCKET_IFNAME=netns.IFNAME, **timeouts)
         try:
             for p in procs:
                 line = p.stdout.readline()
@@ -175,8 +184,15 @@ def cut_results(request):
             cut = time.monotonic()
             results = []
             for p in procs:
-                out = p.communicate(timeout=4 * TIMEOUT + 10)[0]
+                try:
+                    out = p.communicate(timeout=max(1.0, cut + 4 * TIMEOUT + 10 - time.monotonic()))[0]
+                except subprocess.TimeoutExpired:  # a hang: its output says where
+                    p.send_signal(signal.SIGQUIT)
+                    out = "STILL RUNNING\n" + p.communicate()[0]
                 results.append((p.returncode, time.monotonic() - cut, out))
+            if heartbeat:
+                for r, (_, _, out) in enumerate(results):
+                    assert "stopped answering gocl's heartbeats" in out, f"rank {r}: {out}"
         finally:
             for p in procs:
                 if p.poll() is None:
