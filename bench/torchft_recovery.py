@@ -11,7 +11,10 @@ One trial, for one process group (--pg gocl|gloo|babygloo):
    replica keeps training);
 3. when both have committed --kill-step steps, SIGKILL replica 1 and start it
    again at once (same replica id, a new process); it joins the next quorum
-   and heals from replica 0 (torchft's checkpoint transfer over HTTP);
+   and heals from replica 0 (torchft's checkpoint transfer over HTTP). With
+   --fault stop, replica 1 is first stopped (SIGSTOP: hung, its sockets
+   open) until replica 0 has committed a step begun after the stop, then
+   killed and restarted the same way; the times count from the stop;
 4. once the restarted replica has committed --after steps, both are told a
    final step and stop there; their parameters and optimizer state are
    compared (they must be equal, bit for bit).
@@ -298,8 +301,14 @@ def run_trial(pg: str, a, work: Path) -> dict:
 
         _wait(both_at, f"both replicas at step {hi}", a.limit, procs)
         victim = procs["replica 1"]
+        if a.fault == "stop":  # hung, not dead: its sockets stay open
+            os.killpg(victim.pid, signal.SIGSTOP)
+            t_kill = time.monotonic()
+            _wait(lambda: next((e for e in _committed(_events(logs[0])) if e["t0"] > t_kill), None),
+                  "the survivor's first step begun after the stop", a.limit, procs)
+        else:
+            t_kill = time.monotonic()
         os.killpg(victim.pid, signal.SIGKILL)  # the replica (babygloo: its gloo subprocess too)
-        t_kill = time.monotonic()
         victim.wait()
         n_before = len(_events(logs[1]))
         procs["replica 1"] = start(1, 1)
@@ -385,8 +394,9 @@ def report(results: list[dict], a, pgs) -> str:
                              "both_again_s", "configure_s", "configure_1_s")}
         med[pg]["equal"] = all(r["equal"] for r in rs)
         med[pg]["trials"] = len(rs)
-    lines = ["| process group | trials | steady steps/s | after rejoin steps/s | kill -> survivor's first good step (s) "
-             "| kill -> restarted replica's first step (s) | kill -> both in the quorum again (s) "
+    f = a.fault
+    lines = [f"| process group | trials | steady steps/s | after rejoin steps/s | {f} -> survivor's first good step (s) "
+             f"| {f} -> restarted replica's first step (s) | {f} -> both in the quorum again (s) "
              "| configure, 2 replicas (ms) | configure, 1 replica (ms) | equal parameters |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for pg in pgs:
@@ -414,6 +424,9 @@ def main(argv=None) -> int:
     p.add_argument("--short", action="store_true", help="one round, few steps (make test-torchft)")
     p.add_argument("--warmup", type=int, default=20, help="steps, from the first step both replicas commit together, before the steady-state window")
     p.add_argument("--kill-step", type=int, default=220, help="kill replica 1 once both committed this many steps together")
+    p.add_argument("--fault", choices=["kill", "stop"], default="kill",
+                   help="kill: SIGKILL replica 1; stop: SIGSTOP it (hung: its sockets stay open) until the survivor "
+                        "has committed a step begun after the stop, then SIGKILL it; either way it is restarted")
     p.add_argument("--after", type=int, default=20, help="steps the restarted replica commits before the stop")
     p.add_argument("--tail", type=int, default=10, help="steps after the stop is decided")
     p.add_argument("--width", type=int, default=128)
@@ -462,7 +475,7 @@ def main(argv=None) -> int:
             results.append(r)
             failed |= not r["equal"]
             print(f"round {rnd} {pg}: steady {r['steady_steps_per_s']:.1f} steps/s, survivor's first good step "
-                  f"{r['survivor_recovery_s']:.2f} s after the kill, restarted replica's first step "
+                  f"{r['survivor_recovery_s']:.2f} s after the {a.fault}, restarted replica's first step "
                   f"{r['rejoin_s']:.2f} s, configure {1000 * (r['configure_s'] or 0):.1f} ms (2 replicas), "
                   f"killed at step {r['kill_at_step']}, final step {r['final_step']}, "
                   f"parameters equal: {r['equal']}", flush=True)

@@ -254,15 +254,23 @@ def straggler(j: Job) -> tuple[int | None, str]:
         return waits[longest], "every rank waits on another (a cycle of waits)"
     culprit = max(ends, key=lambda p: len(ends[p]))
     v = j.ranks.get(culprit)
+    waiting = sorted(ends[culprit])
+    # Call counts, compared as NCCL's RAS does: a rank that answers but has
+    # made fewer calls than the ranks waiting on it is behind them.
+    theirs = [j.ranks[r].get("calls") for r in waiting]
+    behind = ""
+    if v is not None and isinstance(v.get("calls"), int) and theirs and all(isinstance(c, int) for c in theirs):
+        d = min(theirs) - v["calls"]
+        if d > 0:
+            behind = f": it has made {v['calls']} calls, the ranks waiting on it {min(theirs)}, so it is {d} call{'s' if d > 1 else ''} behind"
     if v is None:
         state = "not reported by any process asked"
     elif v.get("reachable") is False:
         state = "does not answer (stopped, hung or gone)"
     elif v.get("in_call"):
-        state = "is in a call but waits on nobody (computing or copying)"
+        state = "is in a call but waits on nobody (computing or copying)" + behind
     else:
-        state = "is not in a collective (busy outside gocl, or calling something else)"
-    waiting = sorted(ends[culprit])
+        state = "is not in a collective (busy outside gocl, or calling something else)" + behind
     longest = max(j.ranks[r]["waiting"]["seconds"] for r in waiting)
     return culprit, f"rank {culprit} {state}; ranks {', '.join(map(str, waiting))} wait on it (longest {longest:.1f} s)"
 

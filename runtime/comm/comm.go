@@ -86,6 +86,7 @@ type Comm struct {
 	blameMu sync.Mutex
 	verdict error // the first diagnosis of a failure, kept for its echoes
 
+	beats     beats         // its heartbeat's figures (heartbeat.go)
 	agreement agreement     // the survivors' agreement of its shrinks (shrink.go, agree.go)
 	growID    *bootstrap.ID // the id GetUniqueID made for a grow (grow.go)
 }
@@ -478,6 +479,7 @@ func (c *Comm) Abort() {
 
 func (c *Comm) release() {
 	unregister(c)
+	c.logBeats()
 	c.metrics.close() // flushes: no call runs now
 	c.stateMu.Lock()
 	c.freed = true

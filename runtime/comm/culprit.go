@@ -145,9 +145,20 @@ func (c *Comm) diagnose(e *transport.Error, err error) error {
 		case e.Kind == transport.KindPeerClosed:
 			return err // it closed the link without a verdict of its own
 		case !st.InCall:
+			// Call counts compared, as NCCL's RAS does: behind, or ahead (it
+			// made a call the others did not).
+			mine := (c.prog.edges.Load() + 1) / 2
+			calls := "calls"
+			if st.Calls == 1 {
+				calls = "call"
+			}
+			count := fmt.Sprintf("it has made %d %s and this rank is in its call %d: %d behind", st.Calls, calls, mine, mine-st.Calls)
+			if mine <= st.Calls {
+				count = fmt.Sprintf("it has made %d %s, and this rank is in its call %d: a call it made did not match this one", st.Calls, calls, mine)
+			}
 			return verdict(transport.KindStalled, p, fmt.Sprintf(
-				"the wait chain %s ends there: its process answers but is in no call on this communicator (%d calls made so far): it is busy elsewhere, or it does not make the same calls in the same order as the others (the communicator's timeout bounded the wait: GOCL_TIMEOUT, or the timeout given at init)",
-				path(), st.Calls))
+				"the wait chain %s ends there: its process answers but is in no call on this communicator (%s): it is busy elsewhere, or it does not make the same calls in the same order as the others (the communicator's timeout bounded the wait: GOCL_TIMEOUT, or the timeout given at init)",
+				path(), count))
 		case st.WaitsOn >= 0 && seen[st.WaitsOn]:
 			return verdict(transport.KindStalled, p, fmt.Sprintf(
 				"the ranks %s -> %d wait for each other inside gocl calls that do not match (the communicator's timeout bounded the wait: GOCL_TIMEOUT, or the timeout given at init); the flight recorder (GOCL_TRACE_BUFFER, gocl trace) shows each rank's calls",

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -55,11 +56,29 @@ func (c *Comm) watched() int {
 	return next
 }
 
+// beats is what a watcher measured, logged when its communicator ends
+// (GOCL_DEBUG=INFO): the margin the timeout leaves on this host.
+type beats struct {
+	on      bool // a watcher runs
+	peer    int  // the rank it watches
+	timeout time.Duration
+	asks    atomic.Int64
+	slowest atomic.Int64 // the slowest answer, in ns
+}
+
+func (c *Comm) logBeats() {
+	if b := &c.beats; b.on {
+		debuglog.Infof(debuglog.Init, c.rank, "heartbeat on rank %d: %d asks, slowest answer %v (GOCL_HEARTBEAT_TIMEOUT %v)",
+			b.peer, b.asks.Load(), time.Duration(b.slowest.Load()).Round(time.Microsecond), b.timeout)
+	}
+}
+
 // startHeartbeat starts the watcher when heartbeats are on and this rank
 // has a peer to watch; it ends when the communicator fails or is freed.
 func (c *Comm) startHeartbeat() {
 	timeout := config.HeartbeatTimeout()
 	if p := c.watched(); timeout > 0 && p >= 0 {
+		c.beats.on, c.beats.peer, c.beats.timeout = true, p, timeout
 		go c.heartbeat(p, timeout)
 	}
 }
@@ -99,6 +118,10 @@ func (c *Comm) heartbeat(p int, timeout time.Duration) {
 		switch {
 		case err == nil:
 			heard = time.Now()
+			c.beats.asks.Add(1)
+			if d := int64(heard.Sub(now)); d > c.beats.slowest.Load() {
+				c.beats.slowest.Store(d)
+			}
 			continue
 		case errors.Is(err, syscall.ECONNREFUSED):
 			return // its listener is closed: it freed the communicator or exited

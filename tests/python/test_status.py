@@ -116,6 +116,26 @@ def test_a_stopped_rank_is_named_within_two_seconds(tmp_path):
         job.finish()
 
 
+def test_a_rank_busy_outside_gocl_is_named_with_its_call_count(tmp_path):
+    """Alive but stuck: rank 2 computes in Python (holding the GIL) while the
+    others wait in their all_reduce. gocl status names it, one call behind
+    them by the call counts; its heartbeats are still answered (gocl's own
+    threads), so nothing fails although it stays busy past the heartbeat
+    timeout, and the job finishes once it is back."""
+    job = Job(tmp_path, 4, GOCL_HEARTBEAT_TIMEOUT="2")
+    try:
+        (tmp_path / "busy-2").write_text("")
+        time.sleep(4.5)  # > 2 heartbeat timeouts
+        doc = json.loads(job.status("--json").stdout)
+        (comm,) = doc["communicators"]
+        assert comm["straggler"] == 2, doc
+        assert "rank 2 is not in a collective" in comm["why"] and "so it is 1 call behind" in comm["why"], comm["why"]
+        assert all("error" not in v for v in comm["ranks"]), comm
+        (tmp_path / "busy-2").unlink()
+    finally:
+        job.finish()
+
+
 def _endpoint(job: Job) -> status.Endpoint:
     (ep, *_) = status.endpoints(job.dir / "st")
     return ep
