@@ -142,3 +142,32 @@ func TestSmallCollectivesAllocateNothing(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkArmDeadline times what every call pays to arm its deadline on a
+// rank of n in-process ranks linked by TCP sockets (a full mesh): once per
+// call, whatever n, when the links share the communicator's deadline.
+func BenchmarkArmDeadline(b *testing.B) {
+	for _, n := range []int{2, 16, 64} {
+		b.Run(fmt.Sprintf("socket/n=%d", n), func(b *testing.B) {
+			b.Setenv("GOCL_P2P_DISABLE", "1")
+			b.Setenv("GOCL_SHM_DISABLE", "1")
+			b.Setenv("GOCL_SOCKET_IFNAME", "lo")
+			b.Setenv("GOCL_NSOCKS_PERTHREAD", "1")
+			configReset(b)
+			comms, err := InitAll(n, nil, Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() {
+				for _, c := range comms {
+					c.Destroy()
+				}
+			}()
+			c := comms[0]
+			b.ResetTimer()
+			for range b.N {
+				c.armDeadline()
+			}
+		})
+	}
+}

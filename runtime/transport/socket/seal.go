@@ -203,12 +203,13 @@ var (
 	_ transport.Counted   = (*sealedLink)(nil)
 )
 
-func (s *sealedLink) Name() string              { return "socket" }
-func (s *sealedLink) Stats() []*transport.Stats { return s.l.Stats() }
-func (s *sealedLink) Buffered(n int) bool       { return s.l.Buffered(n) }
-func (s *sealedLink) SetDeadline(t time.Time)   { s.l.SetDeadline(t) }
-func (s *sealedLink) Close() error              { return s.l.Close() }
-func (s *sealedLink) Pending() bool             { return len(s.taken) > 0 || s.l.Pending() }
+func (s *sealedLink) Name() string                        { return "socket" }
+func (s *sealedLink) Stats() []*transport.Stats           { return s.l.Stats() }
+func (s *sealedLink) Buffered(n int) bool                 { return s.l.Buffered(n) }
+func (s *sealedLink) SetDeadline(t time.Time)             { s.l.SetDeadline(t) }
+func (s *sealedLink) ShareDeadline(d *transport.Deadline) { s.l.ShareDeadline(d) }
+func (s *sealedLink) Close() error                        { return s.l.Close() }
+func (s *sealedLink) Pending() bool                       { return len(s.taken) > 0 || s.l.Pending() }
 func (s *sealedLink) wrap(err error, what string) error {
 	return s.l.wrapWith(s.Failure, err, what)
 }
@@ -246,6 +247,7 @@ func (c *sealConn) sealRecord(out, p []byte) []byte {
 func (s *sealedLink) sendPart(i int, h *wire.Header, data []byte) error {
 	c := &s.sc[i]
 	out := c.sealHeader(h)
+	s.l.writeBy(i)
 	for off := 0; ; {
 		if off < len(data) {
 			end := min(off+SealRecord, len(data))
@@ -337,6 +339,7 @@ func (s *sealedLink) Finish() error {
 		return s.Send(&t.h, t.data)
 	}
 	defer s.l.writeMu[0].Unlock()
+	s.l.writeBy(0)
 	if _, err := s.l.conns[0].Write(s.sc[0].out[sent:n]); err != nil {
 		return s.wrap(err, "sending "+t.h.Describe())
 	}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -55,10 +56,17 @@ type link struct {
 	hdr        [][wire.HeaderSize]byte // per connection, for the receiver
 	sendHdr    [][wire.HeaderSize]byte // per connection, for the sender
 	scratch    []byte                  // RecvWith's buffer
-	deadline   time.Time
-	started    started // the frame TrySend began and Finish ends
-	closeOnce  sync.Once
-	closed     chan struct{}
+	// deadline is the link's own (SetDeadline) or the communicator's
+	// (ShareDeadline): each connection takes it when it next reads or
+	// writes, so arming a call costs nothing per link and only the links
+	// a call uses are touched. rdl and wdl are what each connection holds
+	// (Unix ns; -1: unknown).
+	own       transport.Deadline
+	deadline  atomic.Pointer[transport.Deadline]
+	rdl, wdl  []int64
+	started   started // the frame TrySend began and Finish ends
+	closeOnce sync.Once
+	closed    chan struct{}
 }
 
 // New wraps established, authenticated connections to peer (the same count
@@ -68,12 +76,18 @@ func New(conns []net.Conn, self, peer int) transport.Link {
 	for i, c := range conns {
 		raw[i], _ = c.(syscall.Conn).SyscallConn()
 	}
-	return &link{raw: raw,
+	l := &link{raw: raw,
 		conns: conns, self: self, peer: peer, writeMu: make([]sync.Mutex, len(conns)),
 		hdr:     make([][wire.HeaderSize]byte, len(conns)),
 		sendHdr: make([][wire.HeaderSize]byte, len(conns)),
-		closed:  make(chan struct{}),
+		rdl:     make([]int64, len(conns)), wdl: make([]int64, len(conns)),
+		closed: make(chan struct{}),
 	}
+	for i := range conns {
+		l.rdl[i], l.wdl[i] = -1, -1
+	}
+	l.deadline.Store(&l.own)
+	return l
 }
 
 // Stats implements transport.Counted.
@@ -97,13 +111,36 @@ func (l *link) Buffered(n int) bool { return n <= InlineMax }
 const SpinMax = InlineMax
 
 func (l *link) SetDeadline(t time.Time) {
-	if t.Equal(l.deadline) {
-		return
+	l.own.Set(t)
+	l.deadline.Store(&l.own)
+}
+
+// ShareDeadline takes the communicator's deadline, armed once per call
+// (transport.DeadlineSharer), until the next SetDeadline.
+func (l *link) ShareDeadline(d *transport.Deadline) { l.deadline.Store(d) }
+
+// readBy and writeBy give connection i the deadline before it reads or
+// writes (each direction of a connection has one goroutine at a time).
+func (l *link) readBy(i int) {
+	if ns := l.deadline.Load().UnixNano(); ns != l.rdl[i] {
+		l.rdl[i] = ns
+		l.conns[i].SetReadDeadline(unixTime(ns))
 	}
-	l.deadline = t
-	for _, c := range l.conns {
-		c.SetDeadline(t)
+}
+
+func (l *link) writeBy(i int) {
+	if ns := l.deadline.Load().UnixNano(); ns != l.wdl[i] {
+		l.wdl[i] = ns
+		l.conns[i].SetWriteDeadline(unixTime(ns))
 	}
+}
+
+// unixTime is ns as a deadline (0: none).
+func unixTime(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
 }
 
 // Abort writes an abort frame with the reason on every connection whose
@@ -184,6 +221,7 @@ func (l *link) Send(h *wire.Header, data []byte) error {
 		ph.Encode(l.sendHdr[i][:])
 		bufs := net.Buffers{l.sendHdr[i][:], data[lo:hi]}
 		l.writeMu[i].Lock()
+		l.writeBy(i)
 		_, err := bufs.WriteTo(l.conns[i])
 		l.writeMu[i].Unlock()
 		if err != nil {
@@ -270,6 +308,7 @@ func (l *link) Finish() error {
 	} else {
 		bufs = net.Buffers{s.data[s.sent-wire.HeaderSize:]}
 	}
+	l.writeBy(0)
 	if _, err := bufs.WriteTo(l.conns[0]); err != nil {
 		return l.wrap(err, "sending "+s.h.Describe())
 	}
@@ -412,6 +451,7 @@ func (l *link) Failure() error {
 // still applies, so a frame that arrives soon costs no goroutine wake-up.
 // Without it, it parks as soon as the socket is empty: see SpinMax.
 func (l *link) readFull(i int, buf []byte, spin bool) error {
+	l.readBy(i)
 	got := 0
 	var rerr error
 	// attempt reads until buf is full or the socket is empty: the netpoller
