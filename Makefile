@@ -24,7 +24,7 @@ MPIABI_SOURCES := mpiabi/gocl_mpiabi.c mpiabi/launcher_world.c mpiabi/launcher_w
 PERF_SOURCES := bench/gocl_perf.c bench/perf_common.c bench/perf_common.h tests/c/launch.c tests/c/launch.h capi/gocl.h
 DOCTOR_SOURCES := $(shell find cmd/gocl-doctor doctor -type f 2>/dev/null) go.mod $(wildcard go.sum)
 
-.PHONY: mpiabi-gen test-mpiabi help lib run perf test test-go test-race test-c test-python test-engines test-slurm test-lightning test-ray slurm tmux test-torch27 test-torch-upstream test-torch-upstream-short venv pylib fuzz fuzz-short test-reliability bench bench-jax bench-jax-collectives bench-jax-stress bench-heartbeat bench-multihost bench-encrypt test-torchft torchft-short bench-torchft mpi clean wheels wheel-tools qemu test-sdist
+.PHONY: mpiabi-gen test-mpiabi help lib run perf test test-go test-race test-c test-python test-engines test-slurm test-lightning test-hf test-ray slurm tmux test-torch27 test-torch-upstream test-torch-upstream-short venv pylib fuzz fuzz-short test-reliability bench bench-jax bench-jax-collectives bench-jax-stress bench-heartbeat bench-multihost bench-encrypt test-torchft torchft-short bench-torchft mpi clean wheels wheel-tools qemu test-sdist
 
 help:
 	@echo "make run    - set up .venv, then the main job: examples/ddp_train.py (DDP) on 4 local ranks over gocl and gloo in turn"
@@ -33,7 +33,7 @@ help:
 	@echo "make lib    - $(BUILD)/libgocl.so and $(BUILD)/include/gocl.h"
 	@echo "make venv   - $(VENV) (uv) with gocl installed editable, extras torch, jax, test; rebuilds $(PYLIB) when Go changes"
 	@echo "make test-torch-upstream - torch's whole distributed suite on gloo and gocl, 2 ranks, compared in RESULTS.md (long; make test runs a subset)"
-	@echo "make test-engines - the launchers and trainers for real: srun on a throwaway Slurm cluster, Lightning's Trainer.fit (own venv $(VENVPL)); make test runs them"
+	@echo "make test-engines - the launchers and trainers for real: srun on a throwaway Slurm cluster, Lightning's Trainer.fit (own venv $(VENVPL)), Hugging Face's Trainer and Accelerate (make test-hf, own venv $(VENVHF)); make test runs them"
 	@echo "make test-ray - gocl.ray: ray.util.collective backend and TorchTrainer vs gloo on a local Ray cluster, two nodes in namespaces (own venv $(VENVRAY); long)"
 	@echo "make test-mpiabi - JAX's own CPU collectives over gocl's MPI ABI library (libgocl_mpiabi.so), its tests 3 times; make mpiabi-gen regenerates its stubs"
 	@echo "make test-python - the Python suite (numpy API, launcher, pytest plugin, packaging, torch backend) in $(VENV)"
@@ -188,7 +188,7 @@ test-python: venv $(VENV)/.torchft-installed $(FAKE_NVML) wheel-tools qemu mpi t
 # stop (root); Lightning's Trainer.fit on 2 processes; Ray (test-ray: a few
 # minutes, and Ray pins many packages) apart. Lightning and Ray get venvs of
 # their own, made once, with .venv's torch.
-test-engines: test-slurm test-lightning
+test-engines: test-slurm test-lightning test-hf
 
 slurm:
 	command -v srun >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge)
@@ -205,6 +205,17 @@ $(VENVPL)/.gocl-installed: pyproject.toml hatch_build.py $(VENV)/.gocl-installed
 
 test-lightning: $(VENVPL)/.gocl-installed $(PYLIB)
 	GOCL_TEST_LIGHTNING=1 $(VENVPL)/bin/python -m pytest tests/engines/test_lightning.py -q
+
+# Hugging Face's Trainer and Accelerate on 2 processes, over gocl and gloo
+# (tests/engines/test_hf.py), in a venv of their own with .venv's torch.
+VENVHF := .venv-hf
+$(VENVHF)/.gocl-installed: pyproject.toml hatch_build.py $(VENV)/.gocl-installed
+	@test -x $(VENVHF)/bin/python || $(UV) venv --python $(PYTHON3) $(VENVHF)
+	$(UV) pip install --python $(VENVHF)/bin/python $(TORCH_PIN) numpy pytest -e ".[hf]"
+	@touch $@
+
+test-hf: $(VENVHF)/.gocl-installed $(PYLIB)
+	GOCL_TEST_HF=1 $(VENVHF)/bin/python -m pytest tests/engines/test_hf.py -q
 
 VENVRAY := .venv-ray
 $(VENVRAY)/.gocl-installed: pyproject.toml hatch_build.py $(VENV)/.gocl-installed

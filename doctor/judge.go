@@ -40,6 +40,7 @@ var checks = map[string]func(*judge) outcome{
 	"p2p":             (*judge).checkP2P,
 	"jax":             (*judge).checkJAX,
 	"jax-collectives": (*judge).checkJAXCollectives,
+	"hf-trainer":      (*judge).checkHF,
 	"process":         (*judge).checkProcess,
 	"env":             (*judge).checkEnv,
 }

@@ -283,6 +283,36 @@ var scenarios = []scenario{
 		},
 	},
 	{
+		name: "Hugging Face on CPU: the route that runs over gocl", fixture: "no-gpu.json",
+		mutate: func(f *Facts) {
+			if f.Packages == nil {
+				f.Packages = map[string]string{}
+			}
+			f.Packages["transformers"], f.Packages["accelerate"] = "5.25.0", "1.16.0"
+		},
+		want: []string{"hf-trainer-route"},
+		check: func(t *testing.T, r *Report) {
+			f := finding(t, r, "hf-trainer-route")
+			for _, s := range []string{"transformers 5.25.0", "accelerate 1.16.0", "Your assigned backend gocl is not available, please use gloo"} {
+				if !strings.Contains(f.Message, s) {
+					t.Errorf("message %q lacks %q", f.Message, s)
+				}
+			}
+			if !strings.Contains(f.Fix, `init_process_group("gocl") before TrainingArguments`) || strings.Contains(f.Message, "CUDA") {
+				t.Errorf("finding: %s / %s", f.Message, f.Fix)
+			}
+		},
+	},
+	{
+		name: "no Hugging Face: the check skips", fixture: "no-gpu.json",
+		wantNot: []string{"hf-trainer-route"},
+		check: func(t *testing.T, r *Report) {
+			if v := verdict(t, r, "hf-trainer"); v.Status != "skip" {
+				t.Errorf("verdict %+v", v)
+			}
+		},
+	},
+	{
 		name: "driver below the toolkit minimum, same major", fixture: "h100-torch-cu126.json",
 		mutate: func(f *Facts) { f.DriverVersion, f.CUDADriverVersion = "550.54.15", 12040 },
 		want:   []string{"driver-minor-compat"}, wantNot: []string{"driver-too-old"},

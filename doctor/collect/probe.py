@@ -35,7 +35,7 @@ def error_text(e):
 WANTED = {
     "torch", "torchvision", "torchaudio", "triton", "pytorch-triton",
     "jax", "jaxlib", "numpy", "gocl", "cupy-cuda12x", "cupy-cuda13x",
-    "flax", "vllm", "deepspeed", "accelerate", "lightning", "pytorch-lightning",
+    "flax", "vllm", "deepspeed", "accelerate", "transformers", "lightning", "pytorch-lightning",
 }
 
 
