@@ -206,12 +206,13 @@ $(VENVPL)/.gocl-installed: pyproject.toml hatch_build.py $(VENV)/.gocl-installed
 test-lightning: $(VENVPL)/.gocl-installed $(PYLIB)
 	GOCL_TEST_LIGHTNING=1 $(VENVPL)/bin/python -m pytest tests/engines/test_lightning.py -q
 
-# Hugging Face's Trainer and Accelerate on 2 processes, over gocl and gloo
-# (tests/engines/test_hf.py), in a venv of their own with .venv's torch.
+# Hugging Face's Trainer and Accelerate, and DeepSpeed, on 2 processes over
+# gocl and gloo (tests/engines/test_hf.py), in a venv of their own with
+# .venv's torch.
 VENVHF := .venv-hf
 $(VENVHF)/.gocl-installed: pyproject.toml hatch_build.py $(VENV)/.gocl-installed
 	@test -x $(VENVHF)/bin/python || $(UV) venv --python $(PYTHON3) $(VENVHF)
-	$(UV) pip install --python $(VENVHF)/bin/python $(TORCH_PIN) numpy pytest -e ".[hf]"
+	$(UV) pip install --python $(VENVHF)/bin/python $(TORCH_PIN) numpy pytest -e ".[hf,deepspeed]"
 	@touch $@
 
 test-hf: $(VENVHF)/.gocl-installed $(PYLIB)

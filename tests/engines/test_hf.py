@@ -4,7 +4,9 @@ config file): the script calls ``dist.init_process_group("gocl")`` and leaves
 the backend unset (README: Hugging Face Trainer and Accelerate); each step's
 loss equals the same job's over gloo (the library's own default on CPU), and
 inside the trainer ``dist.get_backend()`` is "gocl". ``ddp_backend="gocl"``
-is refused by accelerate with the message the README quotes.
+is refused by accelerate with the message the README quotes. DeepSpeed
+takes gocl by name: ``deepspeed.init_distributed(dist_backend="gocl")``,
+ZeRO 0, 2 and 3 on CPU, losses equal to gloo's.
 
 Needs transformers and accelerate (``make test-hf`` makes .venv-hf). Without
 them the tests skip, unless GOCL_TEST_HF=1 (set by the make target) makes
@@ -33,6 +35,7 @@ else:
     pytest.importorskip("accelerate")
 
 SCRIPT = Path(__file__).resolve().with_name("hf_train.py")
+DS_SCRIPT = Path(__file__).resolve().with_name("ds_train.py")
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 RUN_TIMEOUT = 300  # s: a run takes about 15 s; a hang fails here
@@ -51,6 +54,8 @@ def _run(launcher: str, mode: str, backend: str, tmp: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARS and not k.startswith(("SLURM_", "OMPI_"))}
     env.update(OMP_NUM_THREADS="1", GOCL_TIMEOUT="60", PYTHONUNBUFFERED="1")
     script = [str(SCRIPT), mode, backend, str(out)]
+    if mode.startswith("deepspeed"):  # deepspeed-STAGE
+        script = [str(DS_SCRIPT), backend, mode.split("-")[1], str(out)]
     if launcher == "gocl run":
         cmd = [sys.executable, "-m", "gocl", "run", "-n", "2", "--", sys.executable, *script]
     elif launcher == "torchrun":
@@ -93,8 +98,8 @@ def runs(tmp_path_factory):
     return get
 
 
-def _same_losses(a: dict, b: dict) -> None:
-    assert len(a["losses"]) == len(b["losses"]) == 8, (a, b)
+def _same_losses(a: dict, b: dict, steps: int = 8) -> None:
+    assert len(a["losses"]) == len(b["losses"]) == steps, (a, b)
     for step, (x, y) in enumerate(zip(a["losses"], b["losses"])):
         assert abs(x - y) <= 1e-6 * max(1.0, abs(y)), f"step {step}: {x} over gocl, {y} over gloo"
 
@@ -119,3 +124,13 @@ def test_ddp_backend_gocl_is_refused_with_the_message_the_readme_shows(runs):
     assert r["error"] == "Your assigned backend gocl is not available, please use gloo", r
     readme = (ROOT / "README.md").read_text()
     assert re.search(re.escape(r["error"]), readme), "the README's troubleshooting must quote accelerate's message"
+
+
+@pytest.mark.parametrize("stage", [0, 2, 3])
+def test_deepspeed_over_gocl_matches_gloo(runs, stage):
+    """deepspeed.init_distributed(dist_backend="gocl") works as named (no
+    route needed): a ZeRO-0/2/3 engine's losses equal gloo's."""
+    pytest.importorskip("deepspeed")
+    g, ref = runs("gocl run", f"deepspeed-{stage}", "gocl"), runs("gocl run", f"deepspeed-{stage}", "gloo")
+    assert g["backend"] == "gocl" and ref["backend"] == "gloo" and g["world"] == 2, (g, ref)
+    _same_losses(g, ref, steps=5)
