@@ -40,6 +40,12 @@ type connector struct {
 
 var errFallback = shm.ErrUnavailable
 
+// populateMaxLocal is the most ranks on a host whose shared-memory pairs
+// map their slots in at connect; above it, a pair's slots fault in as it
+// is used (a ring uses 2 of a rank's N-1 pairs; populating all of them
+// held 0.5 MiB per pair: 1 GiB at 64 ranks, 17 GiB at 256).
+const populateMaxLocal = 16
+
 var connectors = []connector{
 	{name: "inproc", can: func(a, b *bootstrap.PeerInfo) bool { return a.Proc == b.Proc && !a.NoP2P && !b.NoP2P },
 		connect: func(c *Comm, p int, _ []net.Conn, _ time.Time) (transport.Link, error) {
@@ -48,7 +54,7 @@ var connectors = []connector{
 	{name: "shm", tcp: true, fallible: true, can: func(a, b *bootstrap.PeerInfo) bool { return a.Shm != "" && a.Shm == b.Shm },
 		connect: func(c *Comm, p int, conns []net.Conn, deadline time.Time) (transport.Link, error) {
 			l, err := shm.Connect(conns[0], c.rank, p, c.peers[p].Pid,
-				shm.Options{Channels: c.maxChannels(), CMA: config.Bool("SHM_CMA")}, deadline)
+				shm.Options{Channels: c.maxChannels(), CMA: config.Bool("SHM_CMA"), Populate: c.localRanks <= populateMaxLocal}, deadline)
 			if err == nil {
 				for _, x := range conns[1:] { // the first one stays, as the link's control channel
 					x.Close()

@@ -54,7 +54,10 @@ func (s segment) word(k, i int) *uint64 {
 
 // populate maps the control words and the LL slots in now: each slot is a
 // page of its own, and a page first touched during a call costs a fault
-// (the creator's a zeroing too) on the critical path. The data ring is
+// (the creator's a zeroing too) on the critical path. With many ranks on a
+// host (Options.Populate false) most pairs stay idle, and populating every
+// pair's slots would hold 0.5 MiB of memory per pair: there they fault in
+// as they are used. The data ring is
 // left to fault in as it is used (reserve keeps small frames on a few
 // pages): populating all of it makes init slow (bench/SHM.md). A kernel
 // without MADV_POPULATE_WRITE (before 5.14) faults them in later.
@@ -72,7 +75,7 @@ func (s segment) data() []byte { return s.mem[dataOff:segBytes:segBytes] }
 // create makes an anonymous memory file (memfd: it has no name in /dev/shm,
 // so nothing can be left behind by a crash) and maps it.
 
-func create() (fd int, s segment, err error) {
+func create(populate bool) (fd int, s segment, err error) {
 	name := []byte("gocl-shm\x00")
 	r, _, e := syscall.Syscall(sysMemfdCreate, uintptr(unsafe.Pointer(&name[0])), mfdCloexec, 0)
 	if e != 0 {
@@ -89,14 +92,16 @@ func create() (fd int, s segment, err error) {
 		return -1, s, fmt.Errorf("mmap: %w", err)
 	}
 	s = segment{mem}
-	s.populate()
+	if populate {
+		s.populate()
+	}
 	*s.u64(offMagic) = segMagic
 	return fd, s, nil
 }
 
 // open maps the peer's memory file through /proc/PID/fd/FD (same user and
 // pid namespace; the peer keeps the descriptor open until we say we are done).
-func open(pid, fd int) (segment, error) {
+func open(pid, fd int, populate bool) (segment, error) {
 	f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/%d", pid, fd), os.O_RDWR, 0)
 	if err != nil {
 		return segment{}, err
@@ -114,7 +119,9 @@ func open(pid, fd int) (segment, error) {
 		return segment{}, fmt.Errorf("mmap: %w", err)
 	}
 	s := segment{mem}
-	s.populate()
+	if populate {
+		s.populate()
+	}
 	if *s.u64(offMagic) != segMagic {
 		syscall.Munmap(mem)
 		return segment{}, errors.New("segment has the wrong magic (not a gocl segment)")
@@ -131,10 +138,10 @@ var ErrUnavailable = errors.New("shared memory unavailable for this pair")
 // will receive on, tells the peer its descriptor, maps the peer's, and both
 // say whether that worked, so both reach the same verdict. It writes and
 // reads exactly 17 bytes each way, leaving ctrl clean for a fallback.
-func handshake(ctrl net.Conn, peerPid int, deadline time.Time) (recv, send segment, err error) {
+func handshake(ctrl net.Conn, peerPid int, populate bool, deadline time.Time) (recv, send segment, err error) {
 	ctrl.SetDeadline(deadline)
 	defer ctrl.SetDeadline(time.Time{})
-	fd, recv, cerr := create()
+	fd, recv, cerr := create(populate)
 	var msg [16]byte
 	binary.LittleEndian.PutUint64(msg[0:], uint64(int64(fd)))
 	binary.LittleEndian.PutUint64(msg[8:], segBytes)
@@ -152,7 +159,7 @@ func handshake(ctrl net.Conn, peerPid int, deadline time.Time) (recv, send segme
 		oerr = errors.New("the peer has no segment of this version")
 	}
 	if oerr == nil {
-		send, oerr = open(peerPid, peerFd)
+		send, oerr = open(peerPid, peerFd, populate)
 	}
 	ok := [1]byte{1}
 	if oerr != nil {

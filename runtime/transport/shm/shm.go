@@ -61,6 +61,9 @@ type Options struct {
 	// CMA offers single-copy reads of large frames (cma.go); the pair
 	// uses them when both ends offer them and the kernel allows them.
 	CMA bool
+	// Populate maps each segment's control words and LL slots in at
+	// connect (segment.populate); false leaves them to fault in on use.
+	Populate bool
 }
 
 // mapping is what the cleanup of a forgotten link unmaps.
@@ -129,7 +132,7 @@ func Connect(ctrl net.Conn, self, peer, peerPid int, opts Options, deadline time
 	pr.deadline.Store(&pr.own)
 	maps := make([]*mapping, 0, nch)
 	for range nch {
-		recv, send, err := handshake(ctrl, peerPid, deadline)
+		recv, send, err := handshake(ctrl, peerPid, opts.Populate, deadline)
 		if err != nil {
 			for _, m := range maps {
 				m.unmap()
