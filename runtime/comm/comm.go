@@ -479,6 +479,7 @@ func (c *Comm) Abort() {
 
 func (c *Comm) release() {
 	unregister(c)
+	c.stopHeartbeat()
 	c.logBeats()
 	c.metrics.close() // flushes: no call runs now
 	c.stateMu.Lock()

@@ -64,6 +64,34 @@ type beats struct {
 	timeout time.Duration
 	asks    atomic.Int64
 	slowest atomic.Int64 // the slowest answer, in ns
+	// stop ends the watcher when the communicator is released, and closing
+	// its session ends an ask in progress: nothing of it outlives Destroy.
+	stop     chan struct{}
+	stopOnce sync.Once
+	session  atomic.Pointer[bootstrap.Session]
+}
+
+// stopHeartbeat ends the watcher, if any, at once (release).
+func (c *Comm) stopHeartbeat() {
+	b := &c.beats
+	if !b.on {
+		return
+	}
+	b.stopOnce.Do(func() {
+		close(b.stop)
+		if s := b.session.Load(); s != nil {
+			s.Close()
+		}
+	})
+}
+
+func (b *beats) stopped() bool {
+	select {
+	case <-b.stop:
+		return true
+	default:
+		return false
+	}
 }
 
 func (c *Comm) logBeats() {
@@ -78,7 +106,7 @@ func (c *Comm) logBeats() {
 func (c *Comm) startHeartbeat() {
 	timeout := config.HeartbeatTimeout()
 	if p := c.watched(); timeout > 0 && p >= 0 {
-		c.beats.on, c.beats.peer, c.beats.timeout = true, p, timeout
+		c.beats.on, c.beats.peer, c.beats.timeout, c.beats.stop = true, p, timeout, make(chan struct{})
 		go c.heartbeat(p, timeout)
 	}
 }
@@ -88,14 +116,23 @@ func (c *Comm) heartbeat(p int, timeout time.Duration) {
 	period := heartbeatPeriod(timeout)
 	tick := time.NewTicker(period)
 	defer tick.Stop()
+	b := &c.beats
 	var s *bootstrap.Session
-	defer func() {
+	drop := func() {
 		if s != nil {
+			b.session.Store(nil)
 			s.Close()
+			s = nil
 		}
-	}()
+	}
+	defer drop()
 	heard := time.Now()
-	for range tick.C {
+	for {
+		select {
+		case <-tick.C:
+		case <-b.stop:
+			return
+		}
 		if c.unusable.Load() {
 			return // failed or freed: its links say the rest
 		}
@@ -109,18 +146,25 @@ func (c *Comm) heartbeat(p int, timeout time.Duration) {
 		}
 		var err error
 		if s == nil {
-			s, err = bootstrap.Dial(c.peers[p].Addr, c.secret, deadline)
+			if s, err = bootstrap.Dial(c.peers[p].Addr, c.secret, deadline); err == nil {
+				b.session.Store(s)
+				if b.stopped() { // released meanwhile: stopHeartbeat may have missed it
+					return
+				}
+			}
 		}
 		var l liveness
 		if err == nil {
 			err = s.Ask(deadline, bootstrap.NewRequest(askProbe, nil), &l)
 		}
 		switch {
+		case b.stopped():
+			return
 		case err == nil:
 			heard = time.Now()
-			c.beats.asks.Add(1)
-			if d := int64(heard.Sub(now)); d > c.beats.slowest.Load() {
-				c.beats.slowest.Store(d)
+			b.asks.Add(1)
+			if d := int64(heard.Sub(now)); d > b.slowest.Load() {
+				b.slowest.Store(d)
 			}
 			continue
 		case errors.Is(err, syscall.ECONNREFUSED):
@@ -134,10 +178,7 @@ func (c *Comm) heartbeat(p int, timeout time.Duration) {
 			c.declareGone(p, time.Since(heard), timeout)
 			return
 		}
-		if s != nil { // reset or closed: ask again on a new session
-			s.Close()
-			s = nil
-		}
+		drop() // reset or closed: ask again on a new session
 	}
 }
 
@@ -157,9 +198,32 @@ func (c *Comm) declareGone(p int, silent, timeout time.Duration) {
 		}
 	}
 	// Told before failing here: a process whose call fails may exit at
-	// once, and the others must not depend on it staying.
-	c.spread(m, all)
-	c.takeVerdict(m)
+	// once, and the others must not depend on it staying. Every reachable
+	// rank is asked at once; ranks that do not answer (a partition) cost
+	// their share a retry each, so this rank waits for it at most
+	// spreadWait, and the telling goes on meanwhile.
+	c.spreadThen(m, all, c.takeVerdict)
+}
+
+// spreadWait bounds how long a rank holds its own failure back while it
+// passes a verdict on.
+const spreadWait = 2 * time.Second
+
+// spreadThen spreads m to ranks, then (or after spreadWait) calls then(m).
+func (c *Comm) spreadThen(m goneMsg, ranks []int, then func(goneMsg)) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() { recover() }()
+		c.spread(m, ranks)
+	}()
+	t := time.NewTimer(spreadWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+	then(m)
 }
 
 // takeVerdict fails this rank's communicator with the verdict of m (calls
@@ -218,8 +282,7 @@ func (c *Comm) receiveGone(body json.RawMessage) any {
 	}
 	go func() {
 		defer func() { recover() }()
-		c.spread(m, tell)
-		c.takeVerdict(m)
+		c.spreadThen(m, tell, c.takeVerdict)
 	}()
 	return listenerReply{}
 }
