@@ -49,6 +49,12 @@ help:
 	@echo "make test-reliability - multi-host over network namespaces (also torchrun), resource hygiene over 100,000 calls (long)"
 	@echo "make wheels - release files in $(DIST)/: the sdist and manylinux_2_17 wheels for x86_64 and aarch64, each checked"
 	@echo "make test-sdist - install the sdist where PATH has no Go and no C compiler (minutes)"
+	@echo "parts of make test: make test-go (vet, unit and multi-process tests; fuzz-short first), make test-race (-race -short),"
+	@echo "  make test-c (the C API over 1..5 processes), make test-python, make test-engines (= make test-slurm test-lightning test-hf),"
+	@echo "  make test-torch27 (the torch suite on torch 2.7.1, own venv), make test-torch-upstream-short, make torchft-short, make fuzz-short"
+	@echo "setup steps they use: make pylib (the native libraries into python/gocl/_native), make mpi, make slurm, make tmux, make qemu"
+	@echo "  (Debian packages, when missing), make wheel-tools (zig and the wheel checkers); make clean removes $(BUILD) and python/gocl/_native"
+	@echo "make help   - this list (every target; tests/python/test_docs.py checks it)"
 
 lib: $(BUILD)/libgocl.so $(BUILD)/include/gocl.h
 
