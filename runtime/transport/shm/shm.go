@@ -233,25 +233,62 @@ func (l *link) exit() {
 	}
 }
 
-// watch reads the control connection: an abort frame's reason, then its end.
+// watch reads the control connection: an abort frame's reason, then its
+// end. It peeks at the frame until it is whole, stores the reason, and only
+// then consumes it: at every moment the reason is either stored or still
+// on the socket for pendingAbort to see (reading it first left a window in
+// which a wait past its deadline found neither, and reported a timeout
+// instead of the peer's verdict).
 func (l *link) watch() {
 	defer func() { recover() }() // a goroutine of ours never takes the process down
+	defer func() {
+		l.dead.Store(true)
+		l.wakeAll()
+	}()
+	sc, ok := l.ctrl.(syscall.Conn)
+	if !ok {
+		l.watchStream()
+		return
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		l.watchStream()
+		return
+	}
+	b := make([]byte, 5+wire.MaxAbortReason)
+	var frame []byte
+	raw.Read(func(fd uintptr) bool {
+		n, _, err := syscall.Recvfrom(int(fd), b, syscall.MSG_PEEK)
+		switch {
+		case err == syscall.EAGAIN || err == syscall.EINTR:
+			return false // wait for (more of) the frame
+		case err != nil || n == 0 || b[0] != byte(wire.KindAbort):
+			return true // closed, or not a frame: the end
+		case n < 5 || n < 5+int(min(binary.LittleEndian.Uint32(b[1:]), wire.MaxAbortReason)):
+			return false
+		}
+		frame = b[:5+int(min(binary.LittleEndian.Uint32(b[1:]), wire.MaxAbortReason))]
+		return true
+	})
+	if frame != nil {
+		r := string(frame[5:])
+		l.reason.Store(&r)
+		io.ReadFull(l.ctrl, make([]byte, len(frame))) // consumed only now
+	}
+}
+
+// watchStream is watch for a control connection without a descriptor
+// (tests' pipes): read, then store.
+func (l *link) watchStream() {
 	var hb [5]byte
-	for {
-		if _, err := io.ReadFull(l.ctrl, hb[:]); err != nil {
-			break
-		}
-		n := min(binary.LittleEndian.Uint32(hb[1:]), wire.MaxAbortReason)
-		b := make([]byte, n)
-		if _, err := io.ReadFull(l.ctrl, b); err != nil {
-			break
-		}
+	if _, err := io.ReadFull(l.ctrl, hb[:]); err != nil {
+		return
+	}
+	b := make([]byte, min(binary.LittleEndian.Uint32(hb[1:]), wire.MaxAbortReason))
+	if _, err := io.ReadFull(l.ctrl, b); err == nil {
 		r := string(b)
 		l.reason.Store(&r)
-		break
 	}
-	l.dead.Store(true)
-	l.wakeAll()
 }
 
 func (l *link) wakeAll() {
@@ -310,7 +347,12 @@ func (l *link) Failure() error {
 	if err := l.failure(); err != nil {
 		return err
 	}
-	return l.pendingAbort()
+	if err := l.pendingAbort(); err != nil {
+		return err
+	}
+	// watch stores the reason before it consumes the frame: a frame gone
+	// from the socket since the first look is stored by now.
+	return l.failure()
 }
 
 // pendingAbort peeks at an abort frame waiting on the control connection
@@ -344,11 +386,11 @@ func (l *link) failure() error {
 	if l.closed.Load() {
 		return transport.Aborted(l.self, l.peer)
 	}
+	if r := l.reason.Load(); r != nil { // stored before watch consumes the frame: no gap
+		return transport.PeerFailed(l.self, l.peer, *r)
+	}
 	if !l.dead.Load() {
 		return nil
-	}
-	if r := l.reason.Load(); r != nil {
-		return transport.PeerFailed(l.self, l.peer, *r)
 	}
 	return transport.PeerClosed(l.self, l.peer, "its shared-memory control connection closed")
 }
@@ -375,7 +417,7 @@ func (l *link) await(k transport.WaitKind, ready func() bool, fw, sleep *uint32,
 		if dl := l.deadline.Load().UnixNano(); dl != 0 {
 			left := time.Duration(dl - transport.Now().UnixNano())
 			if left <= 0 {
-				if err := l.pendingAbort(); err != nil { // the peer's verdict names the root cause
+				if err := l.Failure(); err != nil { // the peer's verdict names the root cause
 					return err
 				}
 				return transport.TimedOut(l.self, l.peer, what())
@@ -387,6 +429,13 @@ func (l *link) await(k transport.WaitKind, ready func() bool, fw, sleep *uint32,
 		if ready() {
 			atomic.StoreUint32(sleep, 0)
 			return nil
+		}
+		// A close or the peer's death marks the link before it bumps fw:
+		// one that came between the check above and the load of v is seen
+		// here, not after the 1 s backstop.
+		if l.closed.Load() || l.dead.Load() || l.reason.Load() != nil {
+			atomic.StoreUint32(sleep, 0)
+			continue
 		}
 		wait(fw, v, d)
 		atomic.StoreUint32(sleep, 0)
