@@ -178,27 +178,27 @@ func Bool(name string) bool {
 }
 
 // Timeout is GOCL_TIMEOUT as a duration; 0 or negative means no deadline.
-func Timeout() time.Duration {
-	f, err := parseSeconds(lookup("TIMEOUT"))
-	if err != nil {
-		f = 600
-	}
-	if f <= 0 {
-		return 0
-	}
-	return max(time.Duration(f*float64(time.Second)), 1) // a tiny positive timeout is not "no limit"
-}
+func Timeout() time.Duration { return seconds("TIMEOUT", 1) } // a tiny positive timeout is not "no limit"
 
 // HeartbeatTimeout is GOCL_HEARTBEAT_TIMEOUT as a duration; 0: heartbeats off.
-func HeartbeatTimeout() time.Duration {
-	f, err := parseSeconds(lookup("HEARTBEAT_TIMEOUT"))
+func HeartbeatTimeout() time.Duration { return seconds("HEARTBEAT_TIMEOUT", time.Millisecond) }
+
+// seconds is setting name (seconds) as a duration of at least least; 0 or
+// negative is 0 (off), and a value that does not parse (Check refuses it
+// at init) is the table's default.
+func seconds(name string, least time.Duration) time.Duration {
+	f, err := parseSeconds(lookup(name))
 	if err != nil {
-		f = 5
+		for _, t := range table {
+			if t.Name == name {
+				f, _ = parseSeconds(t.Default)
+			}
+		}
 	}
 	if f <= 0 {
 		return 0
 	}
-	return max(time.Duration(f*float64(time.Second)), time.Millisecond)
+	return max(time.Duration(f*float64(time.Second)), least)
 }
 
 // maxSeconds bounds GOCL_TIMEOUT well inside time.Duration (292 years).
@@ -230,14 +230,11 @@ func Check() error {
 			return fmt.Errorf("GOCL_NET_GBPS=%q is not a link rate in Gbit/s (a number above 0, e.g. 1, 10, 25)", s)
 		}
 	}
-	if s := strings.TrimSpace(lookup("TIMEOUT")); s != "" {
-		if _, err := parseSeconds(s); err != nil {
-			return fmt.Errorf("GOCL_TIMEOUT=%q is not a number of seconds up to %g (0: no limit)", s, float64(maxSeconds))
-		}
-	}
-	if s := strings.TrimSpace(lookup("HEARTBEAT_TIMEOUT")); s != "" {
-		if _, err := parseSeconds(s); err != nil {
-			return fmt.Errorf("GOCL_HEARTBEAT_TIMEOUT=%q is not a number of seconds up to %g (0: heartbeats off)", s, float64(maxSeconds))
+	for _, v := range []struct{ name, zero string }{{"TIMEOUT", "no limit"}, {"HEARTBEAT_TIMEOUT", "heartbeats off"}} {
+		if s := strings.TrimSpace(lookup(v.name)); s != "" {
+			if _, err := parseSeconds(s); err != nil {
+				return fmt.Errorf("GOCL_%s=%q is not a number of seconds up to %g (0: %s)", v.name, s, float64(maxSeconds), v.zero)
+			}
 		}
 	}
 	return nil
