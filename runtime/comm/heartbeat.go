@@ -191,26 +191,21 @@ func (c *Comm) declareGone(p int, silent, timeout time.Duration) {
 		pi.Pid, host, silent.Seconds(), timeout.Seconds())
 	debuglog.Warnf(debuglog.Init, c.rank, "heartbeat: rank %d: %s", p, detail)
 	m := goneMsg{Root: p, From: c.rank, Detail: detail}
-	var all []int
-	for r := range c.nranks {
-		if r != c.rank && r != p {
-			all = append(all, r)
-		}
-	}
 	// Told before failing here: a process whose call fails may exit at
 	// once, and the others must not depend on it staying. Every reachable
 	// rank is asked at once; ranks that do not answer (a partition) cost
 	// their share a retry each, so this rank waits for it at most
 	// spreadWait, and the telling goes on meanwhile.
-	c.spreadThen(m, all, c.takeVerdict)
+	c.tellThenTake(m, complement([]int{c.rank, p}, c.nranks))
 }
 
 // spreadWait bounds how long a rank holds its own failure back while it
 // passes a verdict on.
 const spreadWait = 2 * time.Second
 
-// spreadThen spreads m to ranks, then (or after spreadWait) calls then(m).
-func (c *Comm) spreadThen(m goneMsg, ranks []int, then func(goneMsg)) {
+// tellThenTake spreads m to ranks, then (or after spreadWait) takes the
+// verdict here.
+func (c *Comm) tellThenTake(m goneMsg, ranks []int) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -223,7 +218,7 @@ func (c *Comm) spreadThen(m goneMsg, ranks []int, then func(goneMsg)) {
 	case <-done:
 	case <-t.C:
 	}
-	then(m)
+	c.takeVerdict(m)
 }
 
 // takeVerdict fails this rank's communicator with the verdict of m (calls
@@ -282,7 +277,7 @@ func (c *Comm) receiveGone(body json.RawMessage) any {
 	}
 	go func() {
 		defer func() { recover() }()
-		c.spreadThen(m, tell, c.takeVerdict)
+		c.tellThenTake(m, tell)
 	}()
 	return listenerReply{}
 }
