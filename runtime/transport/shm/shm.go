@@ -259,16 +259,21 @@ func (l *link) watch() {
 	var frame []byte
 	raw.Read(func(fd uintptr) bool {
 		n, _, err := syscall.Recvfrom(int(fd), b, syscall.MSG_PEEK)
-		switch {
-		case err == syscall.EAGAIN || err == syscall.EINTR:
+		if err == syscall.EAGAIN || err == syscall.EINTR {
 			return false // wait for (more of) the frame
-		case err != nil || n == 0 || b[0] != byte(wire.KindAbort):
-			return true // closed, or not a frame: the end
-		case n < 5 || n < 5+int(min(binary.LittleEndian.Uint32(b[1:]), wire.MaxAbortReason)):
-			return false
 		}
-		frame = b[:5+int(min(binary.LittleEndian.Uint32(b[1:]), wire.MaxAbortReason))]
-		return true
+		if err != nil {
+			return true // the end
+		}
+		switch k := abortFrame(b[:n]); {
+		case k < 0:
+			return true // closed, or not a frame: the end
+		case k == 0:
+			return false
+		default:
+			frame = b[:k]
+			return true
+		}
 	})
 	if frame != nil {
 		r := string(frame[5:])
@@ -370,14 +375,27 @@ func (l *link) pendingAbort() error {
 	b := make([]byte, 5+wire.MaxAbortReason)
 	n := 0
 	raw.Control(func(fd uintptr) { n, _, _ = syscall.Recvfrom(int(fd), b, syscall.MSG_PEEK|syscall.MSG_DONTWAIT) })
-	if n < 5 || b[0] != byte(wire.KindAbort) {
-		return nil
+	if k := abortFrame(b[:max(n, 0)]); k > 0 {
+		return transport.PeerFailed(l.self, l.peer, string(b[5:k]))
 	}
-	r := int(min(binary.LittleEndian.Uint32(b[1:]), wire.MaxAbortReason))
-	if n < 5+r {
-		return nil
+	return nil
+}
+
+// abortFrame reads what a peek at the control connection saw: the length
+// of the whole abort frame at its front, 0 while the frame is incomplete,
+// -1 when there is none (nothing, or not a frame).
+func abortFrame(b []byte) int {
+	switch {
+	case len(b) == 0 || b[0] != byte(wire.KindAbort):
+		return -1
+	case len(b) < 5:
+		return 0
 	}
-	return transport.PeerFailed(l.self, l.peer, string(b[5:5+r]))
+	k := 5 + int(min(binary.LittleEndian.Uint32(b[1:5]), wire.MaxAbortReason))
+	if len(b) < k {
+		return 0
+	}
+	return k
 }
 
 // failure is the error for a wait that cannot finish: this end closed, or
