@@ -18,16 +18,7 @@ func BenchmarkAllReduce(b *testing.B) {
 				b.Run(fmt.Sprintf("p2p_disable=%s/n=%d/bytes=%d", p2pOff, n, bytes), func(b *testing.B) {
 					b.Setenv("GOCL_P2P_DISABLE", p2pOff)
 					b.Setenv("GOCL_SOCKET_IFNAME", "lo")
-					configReset(b)
-					comms, err := InitAll(n, nil, Options{})
-					if err != nil {
-						b.Fatal(err)
-					}
-					defer func() {
-						for _, c := range comms {
-							c.Destroy()
-						}
-					}()
+					comms := benchComms(b, n)
 					count := bytes / 4
 					b.SetBytes(int64(bytes))
 					b.ResetTimer()
@@ -153,21 +144,27 @@ func BenchmarkArmDeadline(b *testing.B) {
 			b.Setenv("GOCL_SHM_DISABLE", "1")
 			b.Setenv("GOCL_SOCKET_IFNAME", "lo")
 			b.Setenv("GOCL_NSOCKS_PERTHREAD", "1")
-			configReset(b)
-			comms, err := InitAll(n, nil, Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer func() {
-				for _, c := range comms {
-					c.Destroy()
-				}
-			}()
-			c := comms[0]
+			c := benchComms(b, n)[0]
 			b.ResetTimer()
 			for range b.N {
 				c.armDeadline()
 			}
 		})
 	}
+}
+
+// benchComms makes n in-process ranks under the settings the benchmark set,
+// destroyed when it ends.
+func benchComms(b *testing.B, n int) []*Comm {
+	configReset(b)
+	comms, err := InitAll(n, nil, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		for _, c := range comms {
+			c.Destroy()
+		}
+	})
+	return comms
 }
