@@ -203,11 +203,18 @@ test-slurm: venv slurm
 	GOCL_REQUIRE_SLURM=1 $(PY) -m pytest tests/engines/test_slurm.py -q
 
 TORCH_PIN = "torch==$$($(PY) -c 'import torch; print(torch.__version__.split("+")[0])')"
+comma := ,
 VENVPL := .venv-lightning
+# engine_venv,VENV,EXTRAS: a venv of an engine's own with .venv's torch,
+# numpy, pytest and gocl (editable) with EXTRAS.
+define engine_venv
+@test -x $(1)/bin/python || $(UV) venv --python $(PYTHON3) $(1)
+$(UV) pip install --python $(1)/bin/python $(TORCH_PIN) numpy pytest -e ".[$(2)]"
+@touch $@
+endef
+
 $(VENVPL)/.gocl-installed: pyproject.toml hatch_build.py $(VENV)/.gocl-installed
-	@test -x $(VENVPL)/bin/python || $(UV) venv --python $(PYTHON3) $(VENVPL)
-	$(UV) pip install --python $(VENVPL)/bin/python $(TORCH_PIN) numpy pytest -e ".[lightning]"
-	@touch $@
+	$(call engine_venv,$(VENVPL),lightning)
 
 test-lightning: $(VENVPL)/.gocl-installed $(PYLIB)
 	GOCL_TEST_LIGHTNING=1 $(VENVPL)/bin/python -m pytest tests/engines/test_lightning.py -q
@@ -217,18 +224,14 @@ test-lightning: $(VENVPL)/.gocl-installed $(PYLIB)
 # .venv's torch.
 VENVHF := .venv-hf
 $(VENVHF)/.gocl-installed: pyproject.toml hatch_build.py $(VENV)/.gocl-installed
-	@test -x $(VENVHF)/bin/python || $(UV) venv --python $(PYTHON3) $(VENVHF)
-	$(UV) pip install --python $(VENVHF)/bin/python $(TORCH_PIN) numpy pytest -e ".[hf,deepspeed]"
-	@touch $@
+	$(call engine_venv,$(VENVHF),hf$(comma)deepspeed)
 
 test-hf: $(VENVHF)/.gocl-installed $(PYLIB)
 	GOCL_TEST_HF=1 $(VENVHF)/bin/python -m pytest tests/engines/test_hf.py -q
 
 VENVRAY := .venv-ray
 $(VENVRAY)/.gocl-installed: pyproject.toml hatch_build.py $(VENV)/.gocl-installed
-	@test -x $(VENVRAY)/bin/python || $(UV) venv --python $(PYTHON3) $(VENVRAY)
-	$(UV) pip install --python $(VENVRAY)/bin/python $(TORCH_PIN) numpy pytest -e ".[ray]"
-	@touch $@
+	$(call engine_venv,$(VENVRAY),ray)
 
 test-ray: venv $(VENVRAY)/.gocl-installed $(PYLIB)
 	$(VENVRAY)/bin/python -m pytest tests/engines/test_ray.py -q
