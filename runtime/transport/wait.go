@@ -111,6 +111,32 @@ func (d *Deadline) UnixNano() int64 {
 	return d.at.Load()
 }
 
+// LinkDeadline is a link's deadline: its own (SetDeadline) or its
+// communicator's (ShareDeadline), the one the link's waits read. The zero
+// LinkDeadline is the link's own, none.
+type LinkDeadline struct {
+	own    Deadline
+	shared atomic.Pointer[Deadline] // nil: own
+}
+
+// Set gives the link a deadline of its own (until Share).
+func (l *LinkDeadline) Set(t time.Time) {
+	l.own.Set(t)
+	l.shared.Store(nil)
+}
+
+// Share makes the link's waits take d, armed once per call by the
+// communicator, until the next Set.
+func (l *LinkDeadline) Share(d *Deadline) { l.shared.Store(d) }
+
+// Get is the deadline in force.
+func (l *LinkDeadline) Get() *Deadline {
+	if d := l.shared.Load(); d != nil {
+		return d
+	}
+	return &l.own
+}
+
 // A DeadlineSharer is a Link whose waits can take their deadline from the
 // communicator's Deadline (armed once per call, for all links at two
 // stores) instead of SetDeadline's (one clock read per call, and a store

@@ -91,10 +91,9 @@ type pair struct {
 	use        []transport.Link // the channels the communicator agreed to use (UseChannels)
 	useMin     int
 
-	deadline  atomic.Pointer[transport.Deadline] // own, or the communicator's (ShareDeadline)
-	own       transport.Deadline                 // SetDeadline's
-	closed    atomic.Bool                        // this end closed or aborted
-	dead      atomic.Bool                        // the peer's control connection ended
+	deadline  transport.LinkDeadline // own, or the communicator's (ShareDeadline)
+	closed    atomic.Bool            // this end closed or aborted
+	dead      atomic.Bool            // the peer's control connection ended
 	reason    atomic.Pointer[string]
 	closeOnce sync.Once
 }
@@ -129,7 +128,6 @@ func Connect(ctrl net.Conn, self, peer, peerPid int, opts Options, deadline time
 		return nil, err
 	}
 	pr := &pair{self: self, peer: peer, peerPid: peerPid, ctrl: ctrl, opts: opts, useMin: 1}
-	pr.deadline.Store(&pr.own)
 	maps := make([]*mapping, 0, nch)
 	for range nch {
 		recv, send, err := handshake(ctrl, peerPid, opts.Populate, deadline)
@@ -205,13 +203,12 @@ func (l *link) Name() string        { return "shm" }
 func (l *link) Buffered(n int) bool { return n <= BufferedMax }
 
 func (l *link) SetDeadline(t time.Time) {
-	l.own.Set(t)
-	l.deadline.Store(&l.own)
+	l.deadline.Set(t)
 }
 
 // ShareDeadline makes every channel's waits take their deadline from d
 // (transport.DeadlineSharer) until the next SetDeadline.
-func (l *link) ShareDeadline(d *transport.Deadline) { l.deadline.Store(d) }
+func (l *link) ShareDeadline(d *transport.Deadline) { l.deadline.Share(d) }
 
 // enter and exit bracket every use of the mapping, so Close unmaps only once
 // nobody is inside it.
@@ -432,7 +429,7 @@ func (l *link) await(k transport.WaitKind, ready func() bool, fw, sleep *uint32,
 			return err
 		}
 		d := time.Second // the control channel wakes us on death; this is a backstop
-		if dl := l.deadline.Load().UnixNano(); dl != 0 {
+		if dl := l.deadline.Get().UnixNano(); dl != 0 {
 			left := time.Duration(dl - transport.Now().UnixNano())
 			if left <= 0 {
 				if err := l.Failure(); err != nil { // the peer's verdict names the root cause

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -61,8 +60,7 @@ type link struct {
 	// writes, so arming a call costs nothing per link and only the links
 	// a call uses are touched. rdl and wdl are what each connection holds
 	// (Unix ns; -1: unknown).
-	own       transport.Deadline
-	deadline  atomic.Pointer[transport.Deadline]
+	deadline  transport.LinkDeadline
 	rdl, wdl  []int64
 	started   started // the frame TrySend began and Finish ends
 	closeOnce sync.Once
@@ -86,7 +84,6 @@ func New(conns []net.Conn, self, peer int) transport.Link {
 	for i := range conns {
 		l.rdl[i], l.wdl[i] = -1, -1
 	}
-	l.deadline.Store(&l.own)
 	return l
 }
 
@@ -111,25 +108,24 @@ func (l *link) Buffered(n int) bool { return n <= InlineMax }
 const SpinMax = InlineMax
 
 func (l *link) SetDeadline(t time.Time) {
-	l.own.Set(t)
-	l.deadline.Store(&l.own)
+	l.deadline.Set(t)
 }
 
 // ShareDeadline takes the communicator's deadline, armed once per call
 // (transport.DeadlineSharer), until the next SetDeadline.
-func (l *link) ShareDeadline(d *transport.Deadline) { l.deadline.Store(d) }
+func (l *link) ShareDeadline(d *transport.Deadline) { l.deadline.Share(d) }
 
 // readBy and writeBy give connection i the deadline before it reads or
 // writes (each direction of a connection has one goroutine at a time).
 func (l *link) readBy(i int) {
-	if ns := l.deadline.Load().UnixNano(); ns != l.rdl[i] {
+	if ns := l.deadline.Get().UnixNano(); ns != l.rdl[i] {
 		l.rdl[i] = ns
 		l.conns[i].SetReadDeadline(unixTime(ns))
 	}
 }
 
 func (l *link) writeBy(i int) {
-	if ns := l.deadline.Load().UnixNano(); ns != l.wdl[i] {
+	if ns := l.deadline.Get().UnixNano(); ns != l.wdl[i] {
 		l.wdl[i] = ns
 		l.conns[i].SetWriteDeadline(unixTime(ns))
 	}
