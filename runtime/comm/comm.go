@@ -288,7 +288,7 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 		c.release()
 		return nil, err
 	}
-	host.PlaceThread(c.localRank)
+	host.PlaceThread(c.localRank, c.localRanks)
 	register(c)
 	c.startHeartbeat()
 	debuglog.Infof(debuglog.Init, rank, "init done: rank %d/%d, node %d/%d, local rank %d/%d, chunk %d B, %s, direct up to %d B, timeout %s",

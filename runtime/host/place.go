@@ -3,20 +3,36 @@ package host
 import (
 	"math/bits"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 )
 
 // PlaceThread moves the calling thread to CPU slot%n of its affinity mask's
 // n CPUs and gives the mask back at once: a placement, not a binding, so
-// the kernel may still move it. Ranks call it with their local rank once
-// set up, from the thread that will call them (a C thread that calls into
-// Go keeps its OS thread), and only when the host's ranks fill its cores:
-// polling ranks left to the kernel stay paired on one core for the tens of
-// ms its load balancer takes, while with cores to spare the kernel's choice
-// (SMT siblings, interrupt-heavy CPUs, NUMA) is the better one.
+// the kernel may still move it. Ranks call it with their local rank and
+// their communicator's ranks on this host (of) once set up, from the thread
+// that will call them (a C thread that calls into Go keeps its OS thread),
+// and only when the host's ranks fill its cores: polling ranks left to the
+// kernel stay paired on one core for the tens of ms its load balancer
+// takes, while with cores to spare the kernel's choice (SMT siblings,
+// interrupt-heavy CPUs, NUMA) is the better one. The communicator with the
+// most ranks on this host names the process's home slot (noteHome); a
+// smaller one (a split, a 1-rank clique) places its thread there too, not
+// at its own local rank, which would put a rank on its neighbour's core.
 // Measurements: bench/HOST.md, "Thread placement".
-func PlaceThread(slot int) {
+func PlaceThread(slot, of int) {
+	if of < 2 {
+		return
+	}
+	noteHome(slot, of)
+	if s, ok := homeSlot(); ok && of < homeOf() {
+		slot = s
+	}
+	place(syscall.Gettid(), slot)
+}
+
+func place(tid, slot int) {
 	if r := int(ranks.Load()); r < 2 || r < Cores() {
 		return
 	}
@@ -47,19 +63,65 @@ func PlaceThread(slot int) {
 		break
 	}
 	if p.apply() {
-		placed.Store(syscall.Gettid(), p)
+		placed.Store(tid, p)
 	}
 }
 
 // RestoreThread puts a thread that PlaceThread placed back on its CPU (and
-// gives its mask back again); it leaves any other thread alone. The waiting
-// policy calls it when a busy phase failed, the sign of a peer that shares
-// this core: two syscalls, after a busy phase that cost 10 µs.
+// gives its mask back again). A thread never placed is placed on the
+// process's home slot, when it has one: the threads that call collectives
+// are not always the one that made the communicator (JAX's collectives run
+// on XLA's worker threads, which take turns; a framework may call from its
+// own thread), and unplaced, the kernel's wake-ups piled both processes'
+// callers on one core of two (psum of 4 KiB over JAX's MPI door, 2
+// processes: 125 µs a call, 62-75 placed). The waiting policy calls it when
+// a busy phase failed, the sign of a peer that shares this core: two
+// syscalls (five the first time), after a busy phase that cost 10 µs.
 // Measurements: bench/HOST.md, "Thread placement".
 func RestoreThread() {
-	if p, ok := placed.Load(syscall.Gettid()); ok {
+	tid := syscall.Gettid()
+	if p, ok := placed.Load(tid); ok {
 		p.(*placement).apply()
+	} else if slot, ok := homeSlot(); ok {
+		place(tid, slot)
 	}
+}
+
+// home is the process's home slot: the local rank of its communicator with
+// the most ranks on this host, packed as of<<32 | slot+1 (slot+1 == 0 with
+// of > 0: the communicators with the most ranks disagree, as the ranks of
+// one process in Communicator.local do, and there is no home).
+var home atomic.Uint64
+
+// noteHome records that a communicator with of ranks on this host has this
+// process's rank at slot.
+func noteHome(slot, of int) {
+	for {
+		old := home.Load()
+		oldOf, oldSlot := int(old>>32), int(uint32(old))-1
+		var next uint64
+		switch {
+		case of > oldOf:
+			next = uint64(of)<<32 | uint64(uint32(slot+1))
+		case of == oldOf && oldSlot >= 0 && oldSlot != slot:
+			next = uint64(of) << 32 // two homes: none
+		default:
+			return
+		}
+		if home.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// homeOf is the most ranks on this host of a communicator of this process.
+func homeOf() int { return int(home.Load() >> 32) }
+
+// homeSlot is the process's home slot, if it has one.
+func homeSlot() (int, bool) {
+	h := home.Load()
+	slot := int(uint32(h)) - 1
+	return slot, h>>32 > 0 && slot >= 0
 }
 
 // placement is a placed thread's CPU and the affinity mask it gives back.
@@ -76,7 +138,7 @@ func (p *placement) apply() bool {
 	return true
 }
 
-// placed maps the thread ids PlaceThread placed to their placements (a
-// thread that reuses an exited one's id inherits a placement: harmless, it
-// binds nothing).
+// placed maps the thread ids placed to their placements (a thread that
+// reuses an exited one's id inherits a placement: harmless, it binds
+// nothing; the threads that call collectives are few and long-lived).
 var placed sync.Map // int -> *placement

@@ -18,14 +18,16 @@ func TestPlaceThreadPlacesWithoutBinding(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	defer ranks.Store(ranks.Load())
+	defer home.Store(home.Load())
 	mask, n, cpus := affinityCPUs(t)
 	ranks.Store(int32(len(cpus))) // as many ranks as CPUs
 	for slot := range 2 * len(cpus) {
-		PlaceThread(slot)
+		home.Store(0)
+		PlaceThread(slot, len(cpus))
 		if got, want := currentCPU(t), cpus[slot%len(cpus)]; got != want {
 			// The kernel may move the thread right away; it rarely does.
 			t.Logf("PlaceThread(%d): on CPU %d, want %d (moved since?)", slot, got, want)
-			PlaceThread(slot)
+			PlaceThread(slot, len(cpus))
 			if got = currentCPU(t); got != want {
 				t.Fatalf("PlaceThread(%d) twice: on CPU %d, want %d", slot, got, want)
 			}
@@ -39,22 +41,25 @@ func TestPlaceThreadPlacesWithoutBinding(t *testing.T) {
 }
 
 // RestoreThread moves a placed thread back to its CPU after it was moved,
-// and leaves a thread PlaceThread never placed where it is.
+// and leaves a thread PlaceThread never placed where it is when the process
+// has no home slot.
 func TestRestoreThreadReturnsToItsCPU(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	defer ranks.Store(ranks.Load())
+	defer home.Store(home.Load())
 	mask, n, cpus := affinityCPUs(t)
 	tid := syscall.Gettid()
 	placed.Delete(tid)
 	defer placed.Delete(tid)
-	RestoreThread() // never placed: nothing to do, nothing recorded
+	home.Store(0)
+	ranks.Store(int32(len(cpus)))
+	RestoreThread() // never placed, no home: nothing to do, nothing recorded
 	if _, ok := placed.Load(tid); ok {
 		t.Fatal("RestoreThread recorded a thread PlaceThread never placed")
 	}
-	ranks.Store(int32(len(cpus)))
-	PlaceThread(1)
-	PlaceThread(0) // the latest placement counts
+	PlaceThread(1, len(cpus))
+	PlaceThread(0, len(cpus)) // the latest placement counts (two slots at one size: no home)
 	var other [128]uint64
 	other[cpus[1]/64] = 1 << (cpus[1] % 64)
 	for try := 0; ; try++ {
@@ -72,6 +77,72 @@ func TestRestoreThreadReturnsToItsCPU(t *testing.T) {
 	if after != mask {
 		t.Fatalf("RestoreThread left the affinity mask %x, want %x back", after[:n/8], mask[:n/8])
 	}
+}
+
+// A thread that calls collectives but did not make the communicator (XLA's
+// workers, a framework's thread) is placed on the process's home slot the
+// first time RestoreThread runs on it; a smaller communicator's thread goes
+// home too; in-process ranks (one size, several slots) have no home.
+func TestUnplacedCallersGoHome(t *testing.T) {
+	defer ranks.Store(ranks.Load())
+	defer home.Store(home.Load())
+	_, _, cpus := affinityCPUs(t)
+	ranks.Store(int32(2 * len(cpus))) // ranks fill the cores: placement applies
+	onThread := func(f func(tid int)) { // a fresh OS thread, as a C caller's
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+			tid := syscall.Gettid()
+			defer placed.Delete(tid)
+			f(tid)
+		}()
+		<-done
+	}
+	wantOn := func(tid, cpu int, what string) {
+		t.Helper()
+		p, ok := placed.Load(tid)
+		if !ok {
+			t.Fatalf("%s: not placed", what)
+		}
+		one := p.(*placement).one
+		if one[cpu/64] != 1<<(cpu%64) {
+			t.Fatalf("%s: placed on %x, want CPU %d", what, one[:2], cpu)
+		}
+	}
+
+	home.Store(0)
+	onThread(func(int) { PlaceThread(1, 4) }) // the world communicator's own thread: local rank 1 of 4
+	if s, ok := homeSlot(); !ok || s != 1 || homeOf() != 4 {
+		t.Fatalf("home slot %d (%v) of %d, want 1 of 4", s, ok, homeOf())
+	}
+	onThread(func(tid int) {
+		RestoreThread()
+		wantOn(tid, cpus[1], "a worker thread after RestoreThread")
+	})
+	onThread(func(tid int) {
+		PlaceThread(0, 2) // a split: local rank 0 of 2
+		wantOn(tid, cpus[1], "a smaller communicator's thread")
+	})
+	onThread(func(tid int) {
+		PlaceThread(0, 1) // a 1-rank communicator places nothing
+		if _, ok := placed.Load(tid); ok {
+			t.Fatal("a 1-rank communicator's thread was placed")
+		}
+	})
+
+	home.Store(0)
+	onThread(func(int) { PlaceThread(0, 2) })
+	onThread(func(int) { PlaceThread(1, 2) }) // Communicator.local: two slots, one size
+	if s, ok := homeSlot(); ok {
+		t.Fatalf("home slot %d with two ranks of one size in this process, want none", s)
+	}
+	onThread(func(tid int) {
+		RestoreThread()
+		if _, ok := placed.Load(tid); ok {
+			t.Fatal("a worker thread was placed with no home slot")
+		}
+	})
 }
 
 // affinityCPUs is the calling thread's affinity mask, its size in bytes and
