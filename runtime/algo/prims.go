@@ -181,19 +181,27 @@ func (p *prims) copySend(peer, step int, src, tmp []byte) error {
 }
 
 // sendCopy: dst = src, and the peer gets it; block by block when the peer
-// lends its slot, so that src is read from memory once.
+// lends its slot, so that src is read from memory once. When it does not,
+// src itself is the frame (posted by reference or queued: the caller's
+// input, unchanged until the call ends) and dst is copied after: a peer
+// that reads the sender's memory (shm's single copy) reads src while this
+// rank copies it, instead of waiting for the copy.
 func (p *prims) sendCopy(peer, step int, src, dst []byte) error {
 	if same(src, dst) {
 		return p.send(peer, step, src)
 	}
-	return p.produce(peer, step, len(src), func(out []byte) error {
-		if same(out, dst) { // not lent: dst is the frame
-			kernels.Copy(dst, src, p.nontemporal)
-			return nil
+	lent := false
+	err := p.produce(peer, step, len(src), func(out []byte) error {
+		if !same(out, src) {
+			lent = true
+			copyTwice(out, dst, src, p.nontemporal)
 		}
-		copyTwice(out, dst, src, p.nontemporal)
 		return nil
-	}, dst)
+	}, src)
+	if err == nil && !lent {
+		kernels.Copy(dst, src, p.nontemporal)
+	}
+	return err
 }
 
 // copyTwice copies src into out (cached: a FIFO slot, read next) and into
