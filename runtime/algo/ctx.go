@@ -165,6 +165,27 @@ func (c *Ctx) local(send, recv []byte) {
 	c.Red.Finalize(recv)
 }
 
+// moveMax bounds the calls whose frames a link may take by reference as
+// plain data movement (transport.Mover; shm's single-copy reads): above it
+// the FIFO's copies, overlapped on two cores and kept in the shared cache,
+// were as fast or faster (bench/SHM.md).
+const moveMax = 1 << 20
+
+// moves reports whether this call's frames are plain data movement (the
+// receiver only copies them out) and its data is at most moveMax bytes: an
+// allgather's result, a broadcast's message.
+func (c *Ctx) moves() bool {
+	n := int(c.Hdr.Count) * c.Elem
+	switch c.Hdr.Coll {
+	case wire.AllGather:
+		n *= c.N
+	case wire.Broadcast:
+	default:
+		return false
+	}
+	return n <= moveMax
+}
+
 // nontemporalResult reports whether a call writing its result to recv from
 // send should write it with non-temporal stores (kernels.Nontemporal decides on
 // the bytes the call keeps in the cache: its result and, out of place, its

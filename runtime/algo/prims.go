@@ -66,6 +66,7 @@ type prims struct {
 	c           *Ctx
 	mode        []sendMode // by peer
 	nontemporal bool       // the call's result is written past the caches (kernels.Nontemporal)
+	move        bool       // the call's frames are plain data movement, small enough to go by reference (Ctx.moves)
 
 	// queued frames
 	mu      sync.Mutex
@@ -88,7 +89,7 @@ func (c *Ctx) run(body func(p *prims) error) error {
 
 // runNontemporal is run with the choice of non-temporal stores made by the caller.
 func (c *Ctx) runNontemporal(nontemporal bool, body func(p *prims) error) error {
-	p := &prims{c: c, mode: make([]sendMode, c.N), nontemporal: nontemporal}
+	p := &prims{c: c, mode: make([]sendMode, c.N), nontemporal: nontemporal, move: c.moves()}
 	err := body(p)
 	if err != nil {
 		c.Fail(err)
@@ -153,8 +154,33 @@ func (p *prims) produce(peer, step, n int, fill func(out []byte) error, tmp []by
 	return nil
 }
 
+// mover is peer's link when it takes n bytes of this call's data movement
+// by reference (transport.Mover), else nil. Not after a frame was queued
+// for the peer: one posted now would overtake it.
+func (p *prims) mover(peer, n int) transport.Mover {
+	if !p.move || p.mode[peer] == queued {
+		return nil
+	}
+	if m, ok := p.c.Links[peer].(transport.Mover); ok && m.Moves(n) {
+		return m
+	}
+	return nil
+}
+
+// moveRef hands src to m by reference; wait flushes it.
+func (p *prims) moveRef(m transport.Mover, step int, src []byte) error {
+	err := m.Move(p.c.hdr(step), src)
+	if !slices.Contains(p.posted, transport.Poster(m)) {
+		p.posted = append(p.posted, m)
+	}
+	return err
+}
+
 // send: the peer gets src.
 func (p *prims) send(peer, step int, src []byte) error {
+	if m := p.mover(peer, len(src)); m != nil {
+		return p.moveRef(m, step, src)
+	}
 	if p.mode[peer] == queued { // the common path: no closure
 		if len(src) > 0 {
 			p.enqueue(peer, step, src)
@@ -189,6 +215,13 @@ func (p *prims) copySend(peer, step int, src, tmp []byte) error {
 func (p *prims) sendCopy(peer, step int, src, dst []byte) error {
 	if same(src, dst) {
 		return p.send(peer, step, src)
+	}
+	if m := p.mover(peer, len(src)); m != nil { // the peer reads src while this rank copies it
+		err := p.moveRef(m, step, src)
+		if err == nil {
+			kernels.Copy(dst, src, p.nontemporal)
+		}
+		return err
 	}
 	lent := false
 	err := p.produce(peer, step, len(src), func(out []byte) error {
@@ -311,6 +344,12 @@ func (p *prims) forward(prev, next, n, step int, dst func(t int) []byte) error {
 // recvCopySend: dst = payload, and to gets it as its frame of step next,
 // block by block so that the payload is read from memory once.
 func (p *prims) recvCopySend(from, to, step, next int, dst []byte) error {
+	if m := p.mover(to, len(dst)); m != nil {
+		if err := p.recv(from, step, dst); err != nil {
+			return err
+		}
+		return p.moveRef(m, next, dst)
+	}
 	return p.produce(to, next, len(dst), func(out []byte) error {
 		if same(out, dst) {
 			return p.recv(from, step, dst)

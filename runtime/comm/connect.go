@@ -46,6 +46,21 @@ var errFallback = shm.ErrUnavailable
 // held 0.5 MiB per pair: 1 GiB at 64 ranks, 17 GiB at 256).
 const populateMaxLocal = 16
 
+// cmaMode is GOCL_SHM_CMA as shm's mode: auto moves data by single copy
+// only where the kernel allows it without logging a refusal.
+func cmaMode() shm.CMAMode {
+	switch config.SHMCMA() {
+	case "all":
+		return shm.CMAAll
+	case "off":
+		return shm.CMAOff
+	}
+	if shm.PtraceOpen() {
+		return shm.CMAMove
+	}
+	return shm.CMAOff
+}
+
 var connectors = []connector{
 	{name: "inproc", can: func(a, b *bootstrap.PeerInfo) bool { return a.Proc == b.Proc && !a.NoP2P && !b.NoP2P },
 		connect: func(c *Comm, p int, _ []net.Conn, _ time.Time) (transport.Link, error) {
@@ -54,7 +69,7 @@ var connectors = []connector{
 	{name: "shm", tcp: true, fallible: true, can: func(a, b *bootstrap.PeerInfo) bool { return a.Shm != "" && a.Shm == b.Shm },
 		connect: func(c *Comm, p int, conns []net.Conn, deadline time.Time) (transport.Link, error) {
 			l, err := shm.Connect(conns[0], c.rank, p, c.peers[p].Pid,
-				shm.Options{Channels: c.maxChannels(), CMA: config.Bool("SHM_CMA"), Populate: c.localRanks <= populateMaxLocal}, deadline)
+				shm.Options{Channels: c.maxChannels(), CMA: cmaMode(), Populate: c.localRanks <= populateMaxLocal}, deadline)
 			if err == nil {
 				for _, x := range conns[1:] { // the first one stays, as the link's control channel
 					x.Close()

@@ -52,7 +52,7 @@ var table = []Var{
 	{"NET_GBPS", "", ReadInit, "the link between hosts in Gbit/s, as the tuner models it; unset: the slowest speed the ranks' interfaces report, else costs.txt's socket row"},
 	{"P2P_DISABLE", "0", ReadInit, "1: ranks of one process talk over shared memory (or sockets, with SHM_DISABLE) instead of reading each other's memory"},
 	{"SHM_DISABLE", "0", ReadInit, "1: ranks of one host talk over TCP sockets instead of shared memory (both ends publish it at init, so one rank setting it is enough for its pairs)"},
-	{"SHM_CMA", "0", ReadInit, "1: frames of 128 KiB or more between processes of one host are read from the sender's memory (process_vm_readv, one copy); off by default: slower on the 2-core benchmark host (bench/SHM.md)"},
+	{"SHM_CMA", "auto", ReadInit, "auto: an allgather's or a broadcast's frames of 64 KiB or more, in calls of up to 1 MiB, between processes of one host are read from the sender's memory (process_vm_readv: one copy instead of three) where the kernel allows it without a log line (no Yama, or ptrace_scope 0); 1: every frame of 128 KiB or more (reductions too: slower on the 2-core benchmark host); 0: never (bench/SHM.md)"},
 	{"IB_DISABLE", "1", ReadNever, "accepted for NCCL compatibility; gocl has no InfiniBand transport"},
 	{"BUFFSIZE", "1048576", ReadInit, "bytes per pipelined chunk of ring algorithms"},
 	{"ALGO", "", ReadInit, "algorithms the tuner may pick, NCCL's syntax (ring, tree, direct, halvingdoubling, hier; ^ excludes; per collective: \"ring;allreduce:tree\"); unset: the cost model picks"},
@@ -177,6 +177,20 @@ func Bool(name string) bool {
 	return false
 }
 
+// SHMCMA is GOCL_SHM_CMA: "auto" (unset too), "all" (1/true/yes/on) or
+// "off" (0/false/no/off); Check refuses anything else.
+func SHMCMA() string {
+	switch strings.ToLower(strings.TrimSpace(lookup("SHM_CMA"))) {
+	case "", "auto":
+		return "auto"
+	case "1", "true", "yes", "on":
+		return "all"
+	case "0", "false", "no", "off":
+		return "off"
+	}
+	return "auto"
+}
+
 // Timeout is GOCL_TIMEOUT as a duration; 0 or negative means no deadline.
 func Timeout() time.Duration { return seconds("TIMEOUT", 1) } // a tiny positive timeout is not "no limit"
 
@@ -229,6 +243,11 @@ func Check() error {
 		if f, err := strconv.ParseFloat(s, 64); err != nil || !(f > 0 && f < 1e6) {
 			return fmt.Errorf("GOCL_NET_GBPS=%q is not a link rate in Gbit/s (a number above 0, e.g. 1, 10, 25)", s)
 		}
+	}
+	switch s := strings.ToLower(strings.TrimSpace(lookup("SHM_CMA"))); s {
+	case "", "auto", "1", "true", "yes", "on", "0", "false", "no", "off":
+	default:
+		return fmt.Errorf("GOCL_SHM_CMA=%q is not auto, 1 or 0 (auto: single-copy reads for an allgather's or a broadcast's frames where the kernel allows them; 1: for every large frame; 0: never)", s)
 	}
 	for _, v := range []struct{ name, zero string }{{"TIMEOUT", "no limit"}, {"HEARTBEAT_TIMEOUT", "heartbeats off"}} {
 		if s := strings.TrimSpace(lookup(v.name)); s != "" {

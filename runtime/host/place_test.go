@@ -87,7 +87,7 @@ func TestUnplacedCallersGoHome(t *testing.T) {
 	defer ranks.Store(ranks.Load())
 	defer home.Store(home.Load())
 	_, _, cpus := affinityCPUs(t)
-	ranks.Store(int32(2 * len(cpus))) // ranks fill the cores: placement applies
+	ranks.Store(int32(2 * len(cpus)))   // ranks fill the cores: placement applies
 	onThread := func(f func(tid int)) { // a fresh OS thread, as a C caller's
 		done := make(chan struct{})
 		go func() {

@@ -48,6 +48,18 @@ type Poster interface {
 	Flush() error
 }
 
+// Mover is a Poster that also takes by reference a frame of plain data
+// movement (bytes the peer only copies out, as an allgather's blocks or a
+// broadcast's message, never reduces) where its single copy is worth it for
+// those though not for frames the peer reduces.
+type Mover interface {
+	Poster
+	// Moves reports whether Move takes a frame of n bytes.
+	Moves(n int) bool
+	// Move sends data by reference as Post does; only for a size Moves took.
+	Move(h *wire.Header, data []byte) error
+}
+
 // Prober is a Link that can tell, without blocking, whether a frame from the
 // peer is waiting to be received (receives from any source poll it).
 type Prober interface {

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -30,19 +32,51 @@ import (
 // and the pair uses it only when both reads succeed (and both ends allow
 // it), so both ends always agree.
 //
-// It is off unless GOCL_SHM_CMA=1. Send keeps its buffer until the
-// receiver has read it (prims instead posts on the caller's goroutine and
-// flushes at the end of the call, transport.Poster), and the kernel's copy
-// can be the slower one: process_vm_readv pays page pinning and a
-// page-table walk per 4 KiB page, while the FIFO's two copies run on two
-// cores at once and its slots stay in the shared cache (bench/SHM.md:
-// allreduce 2-3x slower with it on the 2-core benchmark host).
+// Which frames go that way is each sender's choice (Options.CMA,
+// GOCL_SHM_CMA). By default (CMAMove) only plain data movement that prims
+// hands over by reference (transport.Mover: an allgather's or a
+// broadcast's frames, in calls of up to 1 MiB): there one copy instead of
+// three (the sender's own block, its copy into the ring, the receiver's
+// copy out) halves the time (bench/SHM.md: allgather of 512 KiB over 2
+// processes 41 -> 20 µs, Open MPI 21). Frames the peer reduces stay on the
+// FIFO: there the kernel's copy is the slower one, paying page pinning and
+// a page-table walk per 4 KiB page while the FIFO's two copies run on two
+// cores at once and its slots stay in the shared cache (allreduce 2-3x
+// slower with CMAAll on the 2-core benchmark host), and so do large calls.
+// With Yama's ptrace_scope above 0 the default offers nothing: the read
+// would be refused between sibling ranks, and each refusal logged by the
+// kernel. Send keeps its buffer until the receiver has read it (prims
+// instead posts on the caller's goroutine and flushes at the end of the
+// call, transport.Poster).
+
+// CMAMode says which frames a sender has read from its memory.
+type CMAMode uint8
+
+const (
+	CMAOff  CMAMode = iota // none
+	CMAMove                // plain data movement handed over by reference (transport.Mover)
+	CMAAll                 // every frame of CMAMin bytes or more
+)
+
+// PtraceOpen reports whether the kernel lets a process read a sibling's
+// memory without a log line: no Yama, or Yama's ptrace_scope 0.
+func PtraceOpen() bool {
+	b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope")
+	return err != nil || strings.TrimSpace(string(b)) == "0"
+}
 
 // CMAMin is the smallest frame read from the sender's memory. Below it the
 // data ring wins: a frame up to BufferedMax must never wait for its
 // receiver (the algorithms send those inline), and for a small frame the
 // rendezvous costs more than the copy it saves.
 const CMAMin = 128 << 10
+
+// MoveMin is the smallest frame of plain data movement read from the
+// sender's memory (transport.Mover). Below CMAMin, since such a frame saves
+// the sender's copy into the ring too (prims copies its own block while the
+// peer reads): allgather over 2 processes, 64 KiB frames: 10.3 -> 6.3 µs
+// (Open MPI 5.8), 32 KiB frames: 5.4 -> 7.4 (the rendezvous costs more).
+const MoveMin = 64 << 10
 
 // cmaStep is how much a piecewise receive reads per process_vm_readv: the
 // piece, the local operand and the destination fit in a 1 MiB L2 together.
@@ -163,25 +197,37 @@ func (l *link) flush(h *wire.Header) error {
 	}, l.send.u32(offFreed), l.send.u32(offSendWait), func() string { return "the peer's read of " + h.Describe() })
 }
 
-// Post implements transport.Poster: a frame of CMAMin bytes or more on a
-// pair that agreed on CMA goes by address, without waiting for the read.
+// Post implements transport.Poster: with CMAAll, a frame of CMAMin bytes or
+// more on a pair that agreed on CMA goes by address, without waiting for
+// the read.
 func (l *link) Post(h *wire.Header, data []byte) (bool, error) {
-	if !l.cma || len(data) < CMAMin {
+	if !l.cmaAll || len(data) < CMAMin {
 		return false, nil
 	}
+	return true, l.postRef(h, data)
+}
+
+// Moves implements transport.Mover: on a pair that agreed on CMA, plain
+// data movement of MoveMin bytes or more goes by address.
+func (l *link) Moves(n int) bool { return l.cma && n >= MoveMin }
+
+// Move implements transport.Mover.
+func (l *link) Move(h *wire.Header, data []byte) error { return l.postRef(h, data) }
+
+func (l *link) postRef(h *wire.Header, data []byte) error {
 	h.Len = uint64(len(data))
 	if !l.enter() {
-		return true, transport.Aborted(l.self, l.peer)
+		return transport.Aborted(l.self, l.peer)
 	}
 	defer l.exit()
 	if err := l.failure(); err != nil {
-		return true, err
+		return err
 	}
 	err := l.postCMA(h, data)
 	if err == nil {
 		l.stats.CountSent(len(data))
 	}
-	return true, err
+	return err
 }
 
 // Flush implements transport.Poster.
@@ -245,4 +291,5 @@ func (l *link) givePiece(p *piece, want *wire.Header, off int, use func(off int,
 var (
 	_ transport.PieceReceiver = (*link)(nil)
 	_ transport.Poster        = (*link)(nil)
+	_ transport.Mover         = (*link)(nil)
 )

@@ -10,31 +10,96 @@ import (
 	"gocl/runtime/wire"
 )
 
-// cmaPair connects two links of this process, each end offering CMA or not.
-func cmaPair(t testing.TB, offerA, offerB bool) (*link, *link) {
-	a, b := connectPair(t, Options{CMA: offerA}, Options{CMA: offerB})
+// cmaPair connects two links of this process, each end with its CMA mode.
+func cmaPair(t testing.TB, modeA, modeB CMAMode) (*link, *link) {
+	a, b := connectPair(t, Options{CMA: modeA}, Options{CMA: modeB})
 	t.Cleanup(func() { a.Close(); b.Close() })
 	return a.(*link), b.(*link)
 }
 
+// Both ends must offer CMA (in either mode) for the pair to agree; each end
+// then sends every large frame that way only in CMAAll.
 func TestCMAAgreedByBothEnds(t *testing.T) {
-	for _, c := range []struct{ a, b, want bool }{{true, true, true}, {true, false, false}, {false, true, false}, {false, false, false}} {
+	for _, c := range []struct {
+		a, b       CMAMode
+		want       bool
+		allA, allB bool
+	}{
+		{CMAAll, CMAAll, true, true, true}, {CMAAll, CMAOff, false, false, false}, {CMAOff, CMAAll, false, false, false},
+		{CMAOff, CMAOff, false, false, false}, {CMAMove, CMAMove, true, false, false}, {CMAMove, CMAAll, true, false, true},
+		{CMAMove, CMAOff, false, false, false},
+	} {
 		a, b := cmaPair(t, c.a, c.b)
-		if a.cma != c.want || b.cma != c.want {
-			t.Errorf("offers %v/%v: ends use CMA %v/%v, want %v", c.a, c.b, a.cma, b.cma, c.want)
+		if a.cma != c.want || b.cma != c.want || a.cmaAll != c.allA || b.cmaAll != c.allB {
+			t.Errorf("modes %v/%v: ends agree %v/%v, send all %v/%v; want %v, %v/%v", c.a, c.b, a.cma, b.cma, a.cmaAll, b.cmaAll, c.want, c.allA, c.allB)
 		}
 	}
 }
 
 func TestCMAConformance(t *testing.T) {
-	transporttest.Run(t, func(t *testing.T) (transport.Link, transport.Link) { return cmaPair(t, true, true) })
+	for _, m := range []CMAMode{CMAAll, CMAMove} {
+		t.Run(map[CMAMode]string{CMAAll: "all", CMAMove: "move"}[m], func(t *testing.T) {
+			transporttest.Run(t, func(t *testing.T) (transport.Link, transport.Link) { return cmaPair(t, m, m) })
+		})
+	}
+}
+
+// With CMAMove a large frame is still lent and posted through the FIFO
+// (frames the peer reduces), and only Move sends by reference: frames of
+// CMAMin bytes or more, read back whole (RecvInto) and in pieces
+// (RecvPieces), with Flush returning once the peer has read them.
+func TestCMAMoveTakesOnlyMovedFrames(t *testing.T) {
+	a, b := cmaPair(t, CMAMove, CMAMove)
+	if _, ok, err := a.Lend(CMAMin); !ok || err != nil {
+		t.Fatalf("Lend(CMAMin) with CMAMove: ok %v, err %v; want lent (the FIFO)", ok, err)
+	}
+	a.Cancel()
+	if posted, err := a.Post(&wire.Header{Kind: wire.KindColl}, make([]byte, CMAMin)); posted || err != nil {
+		t.Fatalf("Post(CMAMin) with CMAMove: posted %v, err %v; want not posted", posted, err)
+	}
+	if a.Moves(MoveMin-1) || !a.Moves(MoveMin) {
+		t.Fatalf("Moves(MoveMin-1) %v, Moves(MoveMin) %v; want false, true", a.Moves(MoveMin-1), a.Moves(MoveMin))
+	}
+	off, _ := cmaPair(t, CMAOff, CMAMove)
+	if off.Moves(MoveMin) {
+		t.Fatal("Moves(CMAMin) on a pair that did not agree on CMA")
+	}
+	for i, n := range []int{MoveMin, CMAMin + cmaStep + 3, MaxPiece + 5} {
+		data := make([]byte, n)
+		for j := range data {
+			data[j] = byte(j*7 + i)
+		}
+		h := wire.Header{Kind: wire.KindColl, Coll: wire.AllGather, Seq: uint64(i), Count: uint64(n)}
+		if err := a.Move(&h, data); err != nil {
+			t.Fatalf("%d bytes: Move: %v", n, err)
+		}
+		got := make([]byte, n)
+		done := make(chan error, 1)
+		go func() { done <- a.Flush() }()
+		want := h
+		want.Len = uint64(n)
+		if i%2 == 0 {
+			if err := b.RecvInto(&want, got); err != nil {
+				t.Fatalf("%d bytes: RecvInto: %v", n, err)
+			}
+		} else if err := b.RecvPieces(&want, func(off int, p []byte) { copy(got[off:], p) }); err != nil {
+			t.Fatalf("%d bytes: RecvPieces: %v", n, err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("%d bytes: Flush: %v", n, err)
+		}
+		if !bytes.Equal(got, data) {
+			t.Fatalf("%d bytes moved by reference arrived different", n)
+		}
+	}
 }
 
 // RecvPieces covers the frame with contiguous pieces, each a multiple of
 // 64 bytes but the last, over the FIFO and over CMA.
 func TestRecvPieces(t *testing.T) {
 	for _, cma := range []bool{false, true} {
-		a, b := cmaPair(t, cma, cma)
+		mode := map[bool]CMAMode{false: CMAOff, true: CMAAll}[cma]
+		a, b := cmaPair(t, mode, mode)
 		sizes := []int{1, 100, LLMax + 1, CMAMin - 1, CMAMin, CMAMin + cmaStep + 3, MaxPiece + 5, 2*MaxPiece + 3*cmaStep + 9}
 		for i, n := range sizes {
 			data := make([]byte, n)
@@ -69,10 +134,10 @@ func TestRecvPieces(t *testing.T) {
 	}
 }
 
-// A large frame is not lent on a CMA link (it is read from the sender's
+// With CMAAll a large frame is not lent (it is read from the sender's
 // memory instead), a small one is.
 func TestCMALendsOnlySmallFrames(t *testing.T) {
-	a, _ := cmaPair(t, true, true)
+	a, _ := cmaPair(t, CMAAll, CMAAll)
 	if _, ok, err := a.Lend(CMAMin); ok || err != nil {
 		t.Fatalf("Lend(CMAMin) on a CMA link: ok %v, err %v; want not lent", ok, err)
 	}

@@ -13,7 +13,7 @@ import (
 // it receives, on both ends of a pair at once.
 func TestTwoLentPiecesFitAfterAnyFrame(t *testing.T) {
 	for _, first := range []int{0, LLMax + 1, 8 << 10, MaxPiece - 64, MaxPiece + 1} {
-		a, b := cmaPair(t, false, false)
+		a, b := cmaPair(t, CMAOff, CMAOff)
 		a.SetDeadline(time.Now().Add(2 * time.Second))
 		b.SetDeadline(time.Now().Add(2 * time.Second))
 		h := func(step int) *wire.Header { return &wire.Header{Kind: wire.KindColl, Step: uint32(step)} }
@@ -47,7 +47,7 @@ func TestTwoLentPiecesFitAfterAnyFrame(t *testing.T) {
 // Frames that the peer receives before the next is sent keep to the first
 // pages of the data ring instead of walking (and faulting in) all of it.
 func TestSmallFramesReuseTheRingStart(t *testing.T) {
-	a, b := cmaPair(t, false, false)
+	a, b := cmaPair(t, CMAOff, CMAOff)
 	a.SetDeadline(time.Now().Add(5 * time.Second))
 	b.SetDeadline(time.Now().Add(5 * time.Second))
 	h := &wire.Header{Kind: wire.KindColl}
@@ -72,7 +72,7 @@ func TestSmallFramesReuseTheRingStart(t *testing.T) {
 // frame when the next is sent, so the ring is never empty: small frames must
 // still cycle through the ring's first hotBytes rather than walk all of it.
 func TestSmallFramesOneAheadStayHot(t *testing.T) {
-	a, b := cmaPair(t, false, false)
+	a, b := cmaPair(t, CMAOff, CMAOff)
 	a.SetDeadline(time.Now().Add(5 * time.Second))
 	b.SetDeadline(time.Now().Add(5 * time.Second))
 	h := &wire.Header{Kind: wire.KindColl}

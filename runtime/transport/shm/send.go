@@ -169,7 +169,7 @@ func (l *link) sendFrame(h *wire.Header, data []byte) error {
 		l.post(&p, h, data)
 		return nil
 	}
-	if l.cma && len(data) >= CMAMin {
+	if l.cmaAll && len(data) >= CMAMin {
 		return l.sendCMA(h, data)
 	}
 	for off := 0; off < len(data); {
@@ -190,7 +190,7 @@ func (l *link) sendFrame(h *wire.Header, data []byte) error {
 
 // Lend returns the data-ring bytes the peer will read the next frame from.
 func (l *link) Lend(n int) ([]byte, bool, error) {
-	if n <= 0 || n > MaxPiece || l.cma && n >= CMAMin {
+	if n <= 0 || n > MaxPiece || l.cmaAll && n >= CMAMin {
 		return nil, false, nil
 	}
 	if !l.enter() {

@@ -59,8 +59,10 @@ type Options struct {
 	// pair gets the smaller of both ends' offers.
 	Channels int
 	// CMA offers single-copy reads of large frames (cma.go); the pair
-	// uses them when both ends offer them and the kernel allows them.
-	CMA bool
+	// can use them when both ends offer them and the kernel allows them.
+	// Each end decides which frames it sends that way: CMAMove, only the
+	// frames prims move by reference (transport.Mover); CMAAll, every large one.
+	CMA CMAMode
 	// Populate maps each segment's control words and LL slots in at
 	// connect (segment.populate); false leaves them to fault in on use.
 	Populate bool
@@ -86,7 +88,8 @@ type pair struct {
 	ctrlMu     sync.Mutex
 	opts       Options
 	peerPid    int
-	cma        bool             // large frames are read from the sender's memory (cma.go)
+	cma        bool             // the pair agreed that the peer may read this end's memory (cma.go)
+	cmaAll     bool             // every large frame this end sends is read from its memory (CMAAll)
 	chans      []*link          // chans[0] is the link Connect returns
 	use        []transport.Link // the channels the communicator agreed to use (UseChannels)
 	useMin     int
@@ -141,12 +144,13 @@ func Connect(ctrl net.Conn, self, peer, peerPid int, opts Options, deadline time
 		maps = append(maps, m)
 		pr.chans = append(pr.chans, &link{pair: pr, mapping: m})
 	}
-	if pr.cma, err = agreeCMA(ctrl, peerPid, maps[0].recv, opts.CMA, deadline); err != nil {
+	if pr.cma, err = agreeCMA(ctrl, peerPid, maps[0].recv, opts.CMA != CMAOff, deadline); err != nil {
 		for _, m := range maps {
 			m.unmap()
 		}
 		return nil, err
 	}
+	pr.cmaAll = pr.cma && opts.CMA == CMAAll
 	l := pr.chans[0]
 	pr.use = []transport.Link{l}
 	// A link dropped without Close still gives its memory back.

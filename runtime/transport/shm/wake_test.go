@@ -12,7 +12,7 @@ import (
 // posts (post bumps the futex word only when the receiver's sleep flag is
 // set), LL and Simple frames alike, well before the waits' 1 s backstop.
 func TestSleepingReceiverIsWoken(t *testing.T) {
-	a, b := cmaPair(t, false, false)
+	a, b := cmaPair(t, CMAOff, CMAOff)
 	a.SetDeadline(time.Now().Add(10 * time.Second))
 	b.SetDeadline(time.Now().Add(10 * time.Second))
 	// Each side its own header: Send and RecvInto both write its Len.
