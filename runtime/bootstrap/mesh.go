@@ -11,20 +11,21 @@ import (
 	"gocl/runtime/status"
 )
 
-// Mesh opens nsocks authenticated TCP connections between this rank and
-// every peer for which want(peer) is true. The higher rank dials, the lower
-// accepts on ln; after the handshake the dialer names itself (rank, index).
-// conns[p][i] is connection i to peer p, in the same order on both sides.
-func Mesh(self int, peers []PeerInfo, ln net.Listener, secret []byte, nsocks int,
-	want func(peer int) bool, deadline time.Time) ([][]net.Conn, error) {
+// Mesh opens socks(peer) authenticated TCP connections between this rank
+// and every peer (none where it is 0); socks must give both ends of a pair
+// the same count. The higher rank dials, the lower accepts on ln; after the
+// handshake the dialer names itself (rank, index). conns[p][i] is
+// connection i to peer p, in the same order on both sides.
+func Mesh(self int, peers []PeerInfo, ln net.Listener, secret []byte,
+	socks func(peer int) int, deadline time.Time) ([][]net.Conn, error) {
 	n := len(peers)
 	conns := make([][]net.Conn, n)
 	expect := 0
 	for p := 0; p < n; p++ {
-		if p != self && want(p) {
-			conns[p] = make([]net.Conn, nsocks)
+		if k := socks(p); p != self && k > 0 {
+			conns[p] = make([]net.Conn, k)
 			if p > self {
-				expect += nsocks
+				expect += k
 			}
 		}
 	}
@@ -39,11 +40,11 @@ func Mesh(self int, peers []PeerInfo, ln net.Listener, secret []byte, nsocks int
 	}
 
 	accepted := make(chan error, 1)
-	go func() { accepted <- acceptPeers(self, ln, secret, conns, expect, nsocks, deadline) }()
+	go func() { accepted <- acceptPeers(self, ln, secret, conns, expect, deadline) }()
 
 	var dialErr error
 	for p := 0; p < self && dialErr == nil; p++ {
-		for i := 0; conns[p] != nil && i < nsocks; i++ {
+		for i := 0; i < len(conns[p]); i++ {
 			c, err := dial(peers[p].Addr, secret, deadline)
 			if err == nil {
 				var hello [8]byte
@@ -75,7 +76,7 @@ func Mesh(self int, peers []PeerInfo, ln net.Listener, secret []byte, nsocks int
 // connection is greeted on its own goroutine, so a stranger that connects
 // and stays silent (or dribbles bytes) holds no one up: it is dropped at
 // authTimeout, or when the mesh is complete.
-func acceptPeers(self int, ln net.Listener, secret []byte, conns [][]net.Conn, expect, nsocks int, deadline time.Time) error {
+func acceptPeers(self int, ln net.Listener, secret []byte, conns [][]net.Conn, expect int, deadline time.Time) error {
 	if d, ok := ln.(interface{ SetDeadline(time.Time) error }); ok {
 		d.SetDeadline(deadline)
 	}
@@ -123,7 +124,7 @@ func acceptPeers(self int, ln net.Listener, secret []byte, conns [][]net.Conn, e
 		select {
 		case g := <-results:
 			err := g.err
-			if err == nil && (g.peer <= self || g.peer >= len(conns) || conns[g.peer] == nil || g.idx >= nsocks || conns[g.peer][g.idx] != nil) {
+			if err == nil && (g.peer <= self || g.peer >= len(conns) || g.idx >= len(conns[g.peer]) || conns[g.peer][g.idx] != nil) {
 				err = fmt.Errorf("unexpected connection as rank %d socket %d", g.peer, g.idx)
 			}
 			if err != nil {

@@ -170,7 +170,21 @@ func (c *Comm) connect(ln net.Listener, secret []byte, deadline time.Time) error
 	}
 	nsocks := config.IntOr("SOCKET_NTHREADS", 1) * config.IntOr("NSOCKS_PERTHREAD", 2)
 	nsocks = max(1, min(nsocks, 64))
-	conns, err := bootstrap.Mesh(c.rank, c.peers, ln, secret, nsocks, tcp, deadline)
+	// A pair that will most likely be on shared memory needs one connection
+	// (its control channel), not a socket link's stripes: half the
+	// handshakes of a host's init. Should shm turn out unavailable, the
+	// socket fallback runs on that one connection. Both ends count alike:
+	// candidates are symmetric.
+	socks := func(p int) int {
+		switch {
+		case !tcp(p):
+			return 0
+		case cands[p][0].name == "shm":
+			return 1
+		}
+		return nsocks
+	}
+	conns, err := bootstrap.Mesh(c.rank, c.peers, ln, secret, socks, deadline)
 	if err != nil {
 		return err
 	}
