@@ -6,8 +6,10 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"syscall"
 )
 
 // The handshake proves to both sides that the other holds the secret,
@@ -25,6 +27,12 @@ const nonceLen = 32
 
 // errAuth is the handshake failing; callers log and drop the connection.
 var errAuth = errors.New("peer failed authentication (wrong unique id, another job, or not gocl)")
+
+// errTurnedAway: the listener closed the connection without a word before
+// the handshake, as a listener does when it is full of handshakes (gate):
+// a root that a thousand ranks dial at once. Dialing again later is right;
+// a listener with another secret answers (and fails errAuth) instead.
+var errTurnedAway = errors.New("the listener turned the connection away before the handshake (busy)")
 
 func mac(secret []byte, role string, a, b []byte) []byte {
 	m := hmac.New(sha256.New, secret)
@@ -53,7 +61,10 @@ func authDialKey(c net.Conn, secret []byte) ([]byte, error) {
 		return nil, err
 	}
 	reply := make([]byte, nonceLen+sha256.Size)
-	if _, err := io.ReadFull(c, reply); err != nil {
+	if n, err := io.ReadFull(c, reply); err != nil {
+		if n == 0 && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
+			return nil, fmt.Errorf("%w (%w)", errTurnedAway, err)
+		}
 		return nil, err
 	}
 	nl := reply[:nonceLen]

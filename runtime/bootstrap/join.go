@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"errors"
+	"math/rand/v2"
 	"net"
 	"syscall"
 	"time"
@@ -10,7 +11,9 @@ import (
 )
 
 // dial connects to addr and authenticates, retrying refused connections
-// until the deadline (a root or peer may still be starting).
+// (a root or peer may still be starting) and connections a busy listener
+// turned away (a root that every rank dials at once), until the deadline.
+// The pauses are jittered, so ranks turned away together come back spread.
 func dial(addr string, secret []byte, deadline time.Time) (net.Conn, error) {
 	backoff := 10 * time.Millisecond
 	for {
@@ -23,12 +26,15 @@ func dial(addr string, secret []byte, deadline time.Time) (net.Conn, error) {
 				return c, nil
 			}
 			c.Close()
-			return nil, status.Errorf(status.RemoteError, "handshake with %s failed: %v (is it the same communicator?)", addr, err)
+			if !errors.Is(err, errTurnedAway) {
+				return nil, status.Errorf(status.RemoteError, "handshake with %s failed: %v (is it the same communicator?)", addr, err)
+			}
 		}
-		if !errors.Is(err, syscall.ECONNREFUSED) || (!deadline.IsZero() && time.Now().Add(backoff).After(deadline)) {
+		if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, errTurnedAway) ||
+			!deadline.IsZero() && time.Now().Add(backoff).After(deadline) {
 			return nil, status.Errorf(status.RemoteError, "cannot connect to %s: %v", addr, err)
 		}
-		time.Sleep(backoff)
+		time.Sleep(backoff/2 + rand.N(backoff/2+1))
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
 }

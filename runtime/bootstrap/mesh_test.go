@@ -70,3 +70,45 @@ func TestMeshOpensEachPairsCount(t *testing.T) {
 		}
 	}
 }
+
+// A listener full of handshakes turns connections away without a word;
+// the dialer comes back until it is let in. A listener with another
+// secret answers, and the dialer gives up at once.
+func TestDialComesBackWhenTurnedAway(t *testing.T) {
+	secret := []byte("a test secret of at least thirty-two bytes!")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for i := 0; ; i++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if i < 3 {
+				c.Close() // busy: turned away
+				continue
+			}
+			go func() {
+				if authAccept(c, secret) != nil {
+					c.Close()
+				}
+			}()
+		}
+	}()
+	c, err := dial(ln.Addr().String(), secret, time.Now().Add(10*time.Second))
+	if err != nil {
+		t.Fatalf("dial after 3 turn-aways: %v", err)
+	}
+	c.Close()
+
+	start := time.Now()
+	other := []byte("another secret, also thirty-two bytes or more")
+	if _, err := dial(ln.Addr().String(), other, time.Now().Add(10*time.Second)); err == nil {
+		t.Fatal("dial with another secret succeeded")
+	} else if time.Since(start) > 2*time.Second {
+		t.Fatalf("dial with another secret took %v to fail (retried?): %v", time.Since(start), err)
+	}
+}
