@@ -173,11 +173,11 @@ func (p *Plan) decide(coll wire.Coll, bytes int) Choice {
 	return best
 }
 
-// WakeUs is what each dependent step of an algorithm costs on a crowded
-// host (ranks outnumber cores), on top of the link's latency: the rank that
-// the step waits for must first be given a core. Counted up to the
-// one-shot's cap (DirectMax), where latency decides the choice
-// (bench/TUNING.md).
+// WakeUs is what each wake-up of an algorithm costs on a crowded host
+// (ranks outnumber cores), on top of the link's latency: the rank that a
+// step waits for must first be given a core. Counted up to the one-shot's
+// cap (DirectMax), where latency decides the choice (wakes counts them;
+// bench/TUNING.md).
 const WakeUs = 3
 
 // Estimate is the model's time in µs for coll moving bytes with a and pr.
@@ -189,9 +189,26 @@ func (p *Plan) Estimate(coll wire.Coll, a Algo, pr Proto, bytes int) float64 {
 		return 0
 	}
 	if p.crowd > 1 && bytes <= p.DirectMax { // where latency decides; large calls keep the idle host's model
-		return p.estimate(coll, a, pr, bytes, float64(p.crowd)) + WakeUs*p.steps(coll, a, bytes)
+		return p.estimate(coll, a, pr, bytes, float64(p.crowd)) + WakeUs*p.wakes(coll, a, bytes)
 	}
 	return p.estimate(coll, a, pr, bytes, 1)
+}
+
+// wakes is how many times a rank is woken before a call with a finishes
+// on a crowded host, fitted to gocl-perf all_reduce over 8 to 64 processes
+// on 2 cores (bench/TUNING.md, "Wake-ups"): once per dependent step of a
+// chain (ring, halving-doubling); the tree's all-reduce 3 per level (a
+// parent waits for two children on the way up); the one-shot about once
+// per two peers it hears from (the frames of peers that ran meanwhile come
+// together), except a broadcast's, which hear only from the root.
+func (p *Plan) wakes(coll wire.Coll, a Algo, bytes int) float64 {
+	switch {
+	case a == Direct && coll != wire.Broadcast:
+		return math.Max(1, float64(p.n-1)/2)
+	case a == Tree && coll == wire.AllReduce:
+		return 3 * math.Ceil(math.Log2(float64(p.n)+1))
+	}
+	return p.steps(coll, a, bytes)
 }
 
 // steps is how many times a rank waits for another before a call with a
@@ -287,7 +304,7 @@ func (p *Plan) Table() []string {
 	var lines []string
 	crowd := ""
 	if p.crowd > 1 {
-		crowd = fmt.Sprintf(", %d ranks per core (+%d µs per dependent step, bytes at 1/%d the speed)", p.crowd, WakeUs, p.crowd)
+		crowd = fmt.Sprintf(", %d ranks per core (+%d µs per wake-up: each dependent step, each peer of the one-shot; bytes at 1/%d the speed)", p.crowd, WakeUs, p.crowd)
 	}
 	net := ""
 	if p.net.GBs > 0 {
