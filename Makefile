@@ -24,7 +24,7 @@ MPIABI_SOURCES := mpiabi/gocl_mpiabi.c mpiabi/launcher_world.c mpiabi/launcher_w
 PERF_SOURCES := bench/gocl_perf.c bench/perf_common.c bench/perf_common.h tests/c/launch.c tests/c/launch.h capi/gocl.h
 DOCTOR_SOURCES := $(shell find cmd/gocl-doctor doctor -type f 2>/dev/null) go.mod $(wildcard go.sum)
 
-.PHONY: mpiabi-gen test-mpiabi help lib run perf test test-go test-race test-c test-python test-engines test-slurm test-lightning test-hf test-ray slurm tmux test-torch27 test-torch-upstream test-torch-upstream-short venv pylib fuzz fuzz-short test-reliability bench bench-jax bench-jax-collectives bench-jax-stress bench-heartbeat bench-multihost bench-encrypt test-torchft torchft-short bench-torchft mpi clean wheels wheel-tools qemu test-sdist
+.PHONY: mpiabi-gen test-mpiabi help lib run perf test test-go test-race test-c test-python test-engines test-slurm test-lightning test-hf test-ray slurm tmux test-torch27 test-torch-upstream test-torch-upstream-short venv pylib fuzz fuzz-short test-reliability bench bench-jax bench-jax-collectives bench-jax-stress bench-heartbeat bench-scale bench-multihost bench-encrypt test-torchft torchft-short bench-torchft mpi clean wheels wheel-tools qemu test-sdist
 
 help:
 	@echo "make run    - set up .venv, then the main job: examples/ddp_train.py (DDP) on 4 local ranks over gocl and gloo in turn"
@@ -41,6 +41,7 @@ help:
 	@echo "make bench-jax - gocl.jax vs JAX's gloo psum, mpi4jax (installed here over Debian's Open MPI) and gocl's numpy API, 2 processes"
 	@echo "make bench-jax-collectives - jitted psum, psum_scatter, all_gather 8 B..64 MiB: gocl's MPI ABI (JAX's own collectives) vs JAX's gloo vs gocl.jax's FFI vs gocl's numpy API, 2 and 4 processes (bench/JAX_MPIABI.md)"
 	@echo "make bench-jax-stress - 1000 checked psum_scatter calls on a 2x2 mesh (4 processes), gocl's MPI ABI vs JAX's gloo alternated, wrong results counted in bench/JAX_STRESS.md"
+	@echo "make bench-scale - how init, memory, fds and latency grow with the ranks: 8 to 128 processes beside torch's gloo, 64 to 1024 in-process ranks (bench/SCALE.md)"
 	@echo "make bench-heartbeat - 64 processes: a stopped rank named in a call and between calls, then 10 minutes of calls, idle and busy phases under extra load without one heartbeat verdict (bench/HEARTBEAT.md)"
 	@echo "make fuzz   - run each fuzz target (Go, and from_env's id exchange) for FUZZTIME (default 30s)"
 	@echo "make test-torchft - gocl.torchft's tests and a short torchft run (kill, restart, heal) on gocl, gloo, babygloo; make bench-torchft: the timed run"
@@ -329,6 +330,10 @@ bench-heartbeat: venv
 	$(PY) bench/heartbeat.py --mode stop -n 64 --when call
 	$(PY) bench/heartbeat.py --mode stop -n 64 --when idle
 	$(PY) bench/heartbeat.py --mode quiet -n 64 --seconds 600 --load 2
+
+# bench/scale.py (bench/SCALE.md): gocl's costs as ranks grow, gloo beside.
+bench-scale: venv
+	$(PY) bench/scale.py --procs 8,16,32,64,128 --inproc 64,256,1024 --markdown
 
 # bench/jax_stress.py: psum_scatter on a 2x2 mesh over gocl's MPI ABI and over
 # JAX's gloo, each result checked, wrong ones counted (bench/JAX_STRESS.md).
