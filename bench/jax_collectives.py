@@ -30,7 +30,8 @@ rank reports back before the next burst starts. For each (collective, size)
 it runs --rounds rounds; each round runs one burst of every column, the
 column order rotated by one each round, so a change of machine load hits all
 columns alike. A burst is `iters` calls (the same on every rank, chosen from a
-first estimate so the slowest column's burst takes about --burst-s); the
+first estimate so the slowest column's burst takes about --burst-s; with
+--per-column each column's own burst takes about that long); the
 reported time is the median over rounds of rank 0's mean time per call.
 
 Size is the bytes of the full buffer (float32): psum's input and output,
@@ -292,6 +293,10 @@ def main() -> None:
     p.add_argument("--burst-s", type=float, default=0.05, help="target seconds of the slowest column's burst")
     p.add_argument("--min-iters", type=int, default=3)
     p.add_argument("--max-iters", type=int, default=500)
+    p.add_argument("--per-column", action="store_true",
+                   help="size each column's burst to --burst-s on its own (steady state: fast columns run more calls); "
+                        "default: one count for all columns, set by the slowest, so a fast column's mean includes its "
+                        "first call after another group ran")
     p.add_argument("--ompi-lib", help="also time JAX's collectives over Open MPI through the MPI door: this "
                    "MPIwrapper libmpiwrapper.so (patched: MPI_Is_thread_main true, MPI_THREAD_MULTIPLE), under mpirun")
     p.add_argument("--markdown", action="store_true")
@@ -329,13 +334,15 @@ def main() -> None:
     rows = []
     for coll in args.colls:
         for size in args.sizes:
-            est = max(burst(coll, size, c, 2) for c in cols)
-            iters = max(args.min_iters, min(args.max_iters, int(args.burst_s / est)))
+            est = {c: burst(coll, size, c, 2) for c in cols}
+            fit = lambda t: max(args.min_iters, min(args.max_iters, int(args.burst_s / t)))
+            counts = {c: fit(est[c] if args.per_column else max(est.values())) for c in cols}
+            iters = min(counts.values())
             times = {c: [] for c in cols}
             for r in range(args.rounds):
                 k = r % len(cols)
                 for c in cols[k:] + cols[:k]:
-                    times[c].append(burst(coll, size, c, iters))
+                    times[c].append(burst(coll, size, c, counts[c]))
             row = {"coll": coll, "size": size, "iters": iters, **{c: statistics.median(t) for c, t in times.items()},
                    "spread": {c: [min(t), max(t)] for c, t in times.items()}}
             rows.append(row)
