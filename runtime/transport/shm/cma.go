@@ -178,6 +178,10 @@ func (l *link) postCMA(h *wire.Header, data []byte) error {
 		if off += n; off < len(data) {
 			p.flags |= modeMore
 		}
+		atomic.StoreUint64(&l.send.slot(int(p.seq % llSlots))[wClaim], claimWord(p.seq, claimPosted)) // before post publishes the slot
+		l.refsMu.Lock()
+		l.refs = append(l.refs, p.seq)
+		l.refsMu.Unlock()
 		l.post(&p, h, nil)
 	}
 	l.refSeq = l.sseq
@@ -185,16 +189,80 @@ func (l *link) postCMA(h *wire.Header, data []byte) error {
 }
 
 // flush waits until the receiver has released the last frame posted by
-// address (and so read every one).
+// address (and so read every one). When the wait fails (deadline, abort)
+// the frames it has not read are withdrawn, so the caller may reuse them.
 func (l *link) flush(h *wire.Header) error {
 	seq, tail := l.refSeq, l.send.u64(offLLTail)
 	if seq <= l.llTail {
+		l.forgetRefs()
 		return nil
 	}
-	return l.await(transport.WaitSend, func() bool {
+	err := l.await(transport.WaitSend, func() bool {
 		l.llTail = atomic.LoadUint64(tail)
 		return l.llTail >= seq
 	}, l.send.u32(offFreed), l.send.u32(offSendWait), func() string { return "the peer's read of " + h.Describe() })
+	if err != nil {
+		l.withdraw()
+	} else {
+		l.forgetRefs()
+	}
+	return err
+}
+
+// The claim word of a piece posted by address (wClaim): the receiver moves
+// it from posted to claimed before process_vm_readv, a sender that gives
+// the frame up (its flush failed, its link closes) from posted to
+// withdrawn. So a sender's buffer is never read after its call returns:
+// without it, a receiver already inside the read when the sender's call
+// failed could return the bytes the caller was reusing as a good frame.
+const (
+	claimPosted uint64 = iota
+	claimClaimed
+	claimWithdrawn
+)
+
+// claimWord is a claim state as the slot holds it: tagged with the piece's
+// sequence like every slot word, so a later LL frame in the slot never
+// takes a claim word left there for payload.
+func claimWord(seq, state uint64) uint64 { return uint64(uint32(seq))<<32 | state }
+
+// withdrawWait bounds the wait for a read the peer has claimed (its reads
+// never block, so it ends in a release, or with the peer).
+const withdrawWait = 10 * time.Second
+
+func (l *link) forgetRefs() {
+	l.refsMu.Lock()
+	l.refs = l.refs[:0]
+	l.refsMu.Unlock()
+}
+
+// withdraw takes back the pieces posted by address that the peer has not
+// released; one it is reading now is waited for. Inside enter/exit.
+func (l *link) withdraw() {
+	l.refsMu.Lock()
+	defer l.refsMu.Unlock()
+	tail := l.send.u64(offLLTail)
+	for _, seq := range l.refs {
+		if atomic.LoadUint64(tail) >= seq {
+			continue
+		}
+		if atomic.CompareAndSwapUint64(&l.send.slot(int(seq % llSlots))[wClaim], claimWord(seq, claimPosted), claimWord(seq, claimWithdrawn)) {
+			continue
+		}
+		for end := time.Now().Add(withdrawWait); atomic.LoadUint64(tail) < seq && !l.dead.Load() && time.Now().Before(end); {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+	l.refs = l.refs[:0]
+}
+
+// claim takes a piece posted by address for reading; a piece its sender
+// withdrew fails the receive.
+func (l *link) claim(p *piece) error {
+	if atomic.CompareAndSwapUint64(&l.recv.slot(int(p.seq % llSlots))[wClaim], claimWord(p.seq, claimPosted), claimWord(p.seq, claimClaimed)) {
+		return nil
+	}
+	return transport.PeerFailed(l.self, l.peer, "it took back a frame it was sending by address (its call failed)")
 }
 
 // Post implements transport.Poster: with CMAAll, a frame of CMAMin bytes or
@@ -263,6 +331,9 @@ func (l *link) RecvPieces(want *wire.Header, use func(off int, piece []byte)) er
 func (l *link) givePiece(p *piece, want *wire.Header, off int, use func(off int, piece []byte)) error {
 	switch {
 	case p.flags&modeCMA != 0:
+		if err := l.claim(p); err != nil {
+			return err
+		}
 		if cap(l.scratch) < cmaStep {
 			l.scratch = make([]byte, cmaStep)
 		}

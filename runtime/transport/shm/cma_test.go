@@ -158,3 +158,36 @@ func TestReadPeerOfExitedProcess(t *testing.T) {
 		t.Fatal("read from an exited process succeeded")
 	}
 }
+
+// A frame posted by address that its sender takes back (its link closes,
+// or its flush fails) is never read: the receiver fails instead of
+// returning bytes the sender's caller may be reusing. A frame the receiver
+// has read is not withdrawn, and does not hold the close up.
+func TestWithdrawnFrameIsNotRead(t *testing.T) {
+	a, b := cmaPair(t, CMAMove, CMAMove)
+	data := bytes.Repeat([]byte{7}, MoveMin)
+	h := wire.Header{Kind: wire.KindColl, Coll: wire.AllGather, Seq: 1, Count: uint64(MoveMin)}
+	if err := a.Move(&h, data); err != nil {
+		t.Fatal(err)
+	}
+	want := h
+	want.Len = uint64(len(data))
+	got := make([]byte, len(data))
+	if err := b.RecvInto(&want, got); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("first frame: %v, equal %v", err, bytes.Equal(got, data))
+	}
+	h.Seq = 2
+	if err := a.Move(&h, data); err != nil {
+		t.Fatal(err)
+	}
+	a.Close() // withdraws frame 2 (frame 1 is read: nothing to wait for)
+	for i := range data {
+		data[i] = 9 // the caller reuses its buffer
+	}
+	want.Seq = 2
+	err := b.RecvInto(&want, got)
+	if err == nil {
+		t.Fatalf("a withdrawn frame was received: %v...", got[:4])
+	}
+	t.Logf("receiving a withdrawn frame: %v", err)
+}

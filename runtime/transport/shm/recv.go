@@ -144,6 +144,9 @@ func (l *link) frame(want *wire.Header, dst []byte, use func(payload []byte), pi
 			d := buf[off : off+p.n]
 			switch {
 			case p.flags&modeCMA != 0:
+				if err := l.claim(&p); err != nil {
+					return err
+				}
 				if err := l.pull(d, p.start); err != nil {
 					return err
 				}

@@ -114,6 +114,8 @@ type link struct {
 	fresh  uint64 // ring offsets from here on were never written (page-aligned)
 	lent   piece  // the outstanding Lend, if lent.n > 0
 	refSeq uint64 // the last slot posted by address (cma.go)
+	refsMu sync.Mutex
+	refs   []uint64 // slots posted by address since the last flush (cma.go: withdraw)
 	// receiver side
 	rseq    uint64
 	scratch []byte
@@ -318,6 +320,12 @@ func (l *link) wakeSelf() {
 func (l *link) Close() error {
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)
+		for _, c := range l.chans { // before the control connection ends: the peer may be reading
+			if c.enter() {
+				c.withdraw()
+				c.exit()
+			}
+		}
 		l.wakeAll()
 		l.ctrl.Close()
 		for _, c := range l.chans {

@@ -21,6 +21,7 @@ const (
 	wStart     = 10 // Simple: 2 words: the piece's data-ring position (monotonic)
 	wEnd       = 12 // Simple: 2 words: where the data ring is released to after it
 	simpleDesc = 14 // words of a Simple descriptor
+	wClaim     = 14 // CMA pieces: a plain word (no flag) the receiver claims before it reads the sender's memory, and a failing sender withdraws (cma.go)
 	modeSimple = 1
 	modeMore   = 2 // another piece of the same frame follows
 	modeCMA    = 4 // with modeSimple: wStart is the sender's address (cma.go)
