@@ -194,6 +194,28 @@ def test_torch_env_fills_what_the_scheduler_gives(env, want):
     assert world.torch_env(env) == want
 
 
+def test_what_importing_gocl_and_torch_does_is_visible_at_info():
+    """import gocl installs an import hook and import torch writes the
+    scheduler's world into os.environ: GOCL_DEBUG=INFO says both, once, and
+    without it nothing is printed."""
+    pytest.importorskip("torch")
+    code = "import os, gocl, torch; print(os.environ.get('RANK'), os.environ.get('MASTER_ADDR'))"
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMI_", "RANK", "WORLD_SIZE",
+                                                                      "MASTER_", "LOCAL_", "GOCL_DEBUG"))}
+    r = subprocess.run([sys.executable, "-c", code], env={**base, **SRUN, "GOCL_DEBUG": "INFO"},
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["2", "node01"]
+    lines = [ln for ln in r.stderr.splitlines() if " GOCL INFO " in ln]
+    assert sum("import hook installed" in ln for ln in lines) == 1, r.stderr
+    assert sum("registered torch.distributed backend 'gocl'" in ln for ln in lines) == 1, r.stderr
+    env_lines = [ln for ln in lines if "set for torch's env://" in ln]
+    assert len(env_lines) == 1 and "RANK=2" in env_lines[0] and "MASTER_ADDR=node01" in env_lines[0], r.stderr
+    quiet = subprocess.run([sys.executable, "-c", code], env={**base, **SRUN}, capture_output=True, text=True,
+                           timeout=120)
+    assert quiet.returncode == 0 and "GOCL INFO" not in quiet.stderr, quiet.stderr
+
+
 @needs_mpirun
 def test_mpirun_torch_init_process_group_without_master_addr(tmp_path):
     """mpirun -np 4 python train.py with dist.init_process_group("gocl") and

@@ -79,6 +79,8 @@ What to know:
 
 from __future__ import annotations
 
+import os
+import socket
 import sys
 import threading
 import warnings
@@ -88,6 +90,7 @@ DEVICES = ("cpu", "cuda")
 
 _lock = threading.Lock()
 _hook_installed = False
+_autoloaded = False  # _autoload ran (its log lines and the environment, once)
 
 __all__ = ["BACKEND_NAME", "register", "is_registered", "register_when_torch_imported"]
 
@@ -138,12 +141,20 @@ def _autoload() -> None:
     except Exception as exc:  # pragma: no cover - defensive, see docstring
         warnings.warn(f"gocl: could not register the torch.distributed backend 'gocl': {exc!r}",
                       RuntimeWarning, stacklevel=2)
+    global _autoloaded
+    if _autoloaded:  # torch's entry point and gocl's import hook may both call it
+        return
+    _autoloaded = True
+    _info("registered torch.distributed backend 'gocl' (dist.init_process_group(\"gocl\"))")
     # An srun task or an mpirun rank has no RANK or MASTER_ADDR: torch's
     # env:// would refuse it. The scheduler's world fills them in.
     try:
         from .. import world  # noqa: PLC0415
 
-        world.export_torch_env()
+        added = world.export_torch_env()
+        if added:
+            _info("set for torch's env:// from the launcher's world: "
+                  + ", ".join(f"{k}={v}" for k, v in sorted(added.items())))
     except Exception as exc:  # noqa: BLE001 - a malformed launcher environment; init_process_group says more
         warnings.warn(f"gocl: could not read the launcher's world for torch's env:// ({exc})", RuntimeWarning,
                       stacklevel=2)
@@ -168,6 +179,15 @@ def register_when_torch_imported() -> None:
             return
         _hook_installed = True
         sys.meta_path.insert(0, _TorchImportHook())
+    _info("import hook installed: it registers the torch.distributed backend 'gocl' once torch is imported, "
+          "then removes itself")
+
+
+def _info(line: str) -> None:
+    """One line in the library's GOCL_DEBUG=INFO format: what importing gocl
+    or torch did to this process (an import hook, os.environ) is visible."""
+    if os.environ.get("GOCL_DEBUG", "").upper() in ("INFO", "TRACE"):
+        sys.stderr.write(f"{socket.gethostname()}:{os.getpid()}:{threading.get_native_id()} [-] GOCL INFO {line}\n")
 
 
 class _TorchImportHook:
