@@ -49,3 +49,25 @@ def test_make_help_names_every_target():
     words = set(re.findall(r"[a-z0-9][a-z0-9-]*", out))
     missing = [t for t in targets if t not in words]
     assert not missing, f"make help does not name: {missing}"
+
+
+def test_the_readme_folder_table_matches_the_tree():
+    """Every tracked folder at the top, and each of runtime/, tests/ and cmd/
+    one level down, is named in the README's "What is here" table, and every
+    folder the table names exists."""
+    readme = (REPO / "README.md").read_text()
+    table = readme[readme.index("## What is here"):]
+    table = table[:table.index("\n## ", 1)]
+    named = set()
+    for row in table.splitlines():
+        if row.startswith("| `"):
+            first = row.split(" | ")[0]
+            named |= {t.rstrip("/") for t in re.findall(r"`([^`]+)`", first)}
+    files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    folders = {f.split("/")[0] for f in files if "/" in f}
+    folders |= {"/".join(f.split("/")[:2]) for f in files if f.count("/") >= 2 and f.split("/")[0] in ("runtime", "tests", "cmd")}
+    folders -= {"runtime", "tests", "cmd"}  # named through their parts
+    missing = sorted(d for d in folders if not any(n == d or n.startswith(d + "/") for n in named))
+    assert not missing, f"README's folder table does not name {missing}"
+    gone = sorted(n for n in named if "." not in n.split("/")[-1] and not (REPO / n).is_dir())
+    assert not gone, f"README's folder table names folders that do not exist: {gone}"
