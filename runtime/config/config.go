@@ -180,15 +180,22 @@ func Bool(name string) bool {
 // SHMCMA is GOCL_SHM_CMA: "auto" (unset too), "all" (1/true/yes/on) or
 // "off" (0/false/no/off); Check refuses anything else.
 func SHMCMA() string {
+	mode, _ := shmCMA()
+	return mode
+}
+
+// shmCMA reads GOCL_SHM_CMA; ok is false for a value it does not know
+// (then "auto").
+func shmCMA() (mode string, ok bool) {
 	switch strings.ToLower(strings.TrimSpace(lookup("SHM_CMA"))) {
 	case "", "auto":
-		return "auto"
+		return "auto", true
 	case "1", "true", "yes", "on":
-		return "all"
+		return "all", true
 	case "0", "false", "no", "off":
-		return "off"
+		return "off", true
 	}
-	return "auto"
+	return "auto", false
 }
 
 // Timeout is GOCL_TIMEOUT as a duration; 0 or negative means no deadline.
@@ -244,10 +251,8 @@ func Check() error {
 			return fmt.Errorf("GOCL_NET_GBPS=%q is not a link rate in Gbit/s (a number above 0, e.g. 1, 10, 25)", s)
 		}
 	}
-	switch s := strings.ToLower(strings.TrimSpace(lookup("SHM_CMA"))); s {
-	case "", "auto", "1", "true", "yes", "on", "0", "false", "no", "off":
-	default:
-		return fmt.Errorf("GOCL_SHM_CMA=%q is not auto, 1 or 0 (auto: single-copy reads for an allgather's or a broadcast's frames where the kernel allows them; 1: for every large frame; 0: never)", s)
+	if _, ok := shmCMA(); !ok {
+		return fmt.Errorf("GOCL_SHM_CMA=%q is not auto, 1 or 0 (auto: single-copy reads for an allgather's or a broadcast's frames where the kernel allows them; 1: for every large frame; 0: never)", strings.TrimSpace(lookup("SHM_CMA")))
 	}
 	for _, v := range []struct{ name, zero string }{{"TIMEOUT", "no limit"}, {"HEARTBEAT_TIMEOUT", "heartbeats off"}} {
 		if s := strings.TrimSpace(lookup(v.name)); s != "" {

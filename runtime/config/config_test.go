@@ -45,7 +45,7 @@ func TestNoFallbackToGoclsOwnNCCLVariables(t *testing.T) {
 }
 
 func TestCheckNamesTheVariable(t *testing.T) {
-	for k, v := range map[string]string{"GOCL_BUFFSIZE": "big", "GOCL_TIMEOUT": "soon", "GOCL_NET_GBPS": "-1"} {
+	for k, v := range map[string]string{"GOCL_BUFFSIZE": "big", "GOCL_TIMEOUT": "soon", "GOCL_NET_GBPS": "-1", "GOCL_SHM_CMA": "sometimes"} {
 		t.Run(k, func(t *testing.T) {
 			t.Setenv(k, v)
 			err := Check()
@@ -53,6 +53,19 @@ func TestCheckNamesTheVariable(t *testing.T) {
 				t.Errorf("%s=%s: %v", k, v, err)
 			}
 		})
+	}
+}
+
+// GOCL_SHM_CMA's spellings, as SHMCMA reads them (Check refuses others).
+func TestSHMCMA(t *testing.T) {
+	for v, want := range map[string]string{"": "auto", " Auto ": "auto", "1": "all", "ON": "all", "0": "off", "no": "off"} {
+		t.Setenv("GOCL_SHM_CMA", v)
+		if got := SHMCMA(); got != want {
+			t.Errorf("GOCL_SHM_CMA=%q: %q, want %q", v, got, want)
+		}
+		if err := Check(); err != nil {
+			t.Errorf("GOCL_SHM_CMA=%q: Check: %v", v, err)
+		}
 	}
 }
 
