@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"gocl/runtime/config"
 	"gocl/runtime/transport"
 	"gocl/runtime/wire"
 )
@@ -59,10 +60,17 @@ const (
 )
 
 // PtraceOpen reports whether the kernel lets a process read a sibling's
-// memory without a log line: no Yama, or Yama's ptrace_scope 0.
-func PtraceOpen() bool {
-	b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope")
-	return err != nil || strings.TrimSpace(string(b)) == "0"
+// memory without a log line: no Yama, or Yama's ptrace_scope 0. Read at
+// each communicator init (config.OnReload), not once per pair.
+func PtraceOpen() bool { return ptraceOpen.Load() }
+
+var ptraceOpen atomic.Bool
+
+func init() {
+	config.OnReload(func() {
+		b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope")
+		ptraceOpen.Store(err != nil || strings.TrimSpace(string(b)) == "0")
+	})
 }
 
 // CMAMin is the smallest frame read from the sender's memory. Below it the
