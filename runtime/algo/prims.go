@@ -133,9 +133,7 @@ func (p *prims) produce(peer, step, n int, fill func(out []byte) error, tmp []by
 			posted, err := ps.Post(p.c.hdr(step), tmp[:n])
 			if posted {
 				p.mode[peer] = lent
-				if !slices.Contains(p.posted, ps) {
-					p.posted = append(p.posted, ps)
-				}
+				p.posted = flushLater(p.posted, ps)
 				return err
 			}
 			// Queued from now on (earlier frames are posted already, so the
@@ -170,10 +168,17 @@ func (p *prims) mover(peer, n int) transport.Mover {
 // moveRef hands src to m by reference; wait flushes it.
 func (p *prims) moveRef(m transport.Mover, step int, src []byte) error {
 	err := m.Move(p.c.hdr(step), src)
-	if !slices.Contains(p.posted, transport.Poster(m)) {
-		p.posted = append(p.posted, m)
-	}
+	p.posted = flushLater(p.posted, m)
 	return err
+}
+
+// flushLater adds ps to the links a call flushes before it returns (each
+// once): they took frames by reference.
+func flushLater(posted []transport.Poster, ps transport.Poster) []transport.Poster {
+	if !slices.Contains(posted, ps) {
+		posted = append(posted, ps)
+	}
+	return posted
 }
 
 // send: the peer gets src.
@@ -456,9 +461,7 @@ func (p *prims) sendQueued(r sendReq) error {
 	if ps, ok := l.(transport.Poster); ok {
 		posted, err := ps.Post(p.c.hdr(r.step), r.data)
 		if posted {
-			if !slices.Contains(p.qposted, ps) {
-				p.qposted = append(p.qposted, ps)
-			}
+			p.qposted = flushLater(p.qposted, ps)
 			return err
 		}
 	}
