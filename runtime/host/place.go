@@ -26,7 +26,7 @@ func PlaceThread(slot, of int) {
 		return
 	}
 	noteHome(slot, of)
-	if s, ok := homeSlot(); ok && of < homeOf() {
+	if s, most, ok := homeSlot(); ok && of < most {
 		slot = s
 	}
 	place(syscall.Gettid(), slot)
@@ -82,7 +82,7 @@ func RestoreThread() {
 	tid := syscall.Gettid()
 	if p, ok := placed.Load(tid); ok {
 		p.(*placement).apply()
-	} else if slot, ok := homeSlot(); ok {
+	} else if slot, _, ok := homeSlot(); ok {
 		place(tid, slot)
 	}
 }
@@ -98,7 +98,7 @@ var home atomic.Uint64
 func noteHome(slot, of int) {
 	for {
 		old := home.Load()
-		oldOf, oldSlot := int(old>>32), int(uint32(old))-1
+		oldSlot, oldOf := unpackHome(old)
 		var next uint64
 		switch {
 		case of > oldOf:
@@ -114,15 +114,14 @@ func noteHome(slot, of int) {
 	}
 }
 
-// homeOf is the most ranks on this host of a communicator of this process.
-func homeOf() int { return int(home.Load() >> 32) }
-
-// homeSlot is the process's home slot, if it has one.
-func homeSlot() (int, bool) {
-	h := home.Load()
-	slot := int(uint32(h)) - 1
-	return slot, h>>32 > 0 && slot >= 0
+// homeSlot is the process's home slot, if it has one, and the most ranks
+// on this host of a communicator of this process (one load: both agree).
+func homeSlot() (slot, of int, ok bool) {
+	slot, of = unpackHome(home.Load())
+	return slot, of, of > 0 && slot >= 0
 }
+
+func unpackHome(h uint64) (slot, of int) { return int(uint32(h)) - 1, int(h >> 32) }
 
 // placement is a placed thread's CPU and the affinity mask it gives back.
 type placement struct {

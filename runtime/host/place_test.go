@@ -113,8 +113,8 @@ func TestUnplacedCallersGoHome(t *testing.T) {
 
 	home.Store(0)
 	onThread(func(int) { PlaceThread(1, 4) }) // the world communicator's own thread: local rank 1 of 4
-	if s, ok := homeSlot(); !ok || s != 1 || homeOf() != 4 {
-		t.Fatalf("home slot %d (%v) of %d, want 1 of 4", s, ok, homeOf())
+	if s, of, ok := homeSlot(); !ok || s != 1 || of != 4 {
+		t.Fatalf("home slot %d (%v) of %d, want 1 of 4", s, ok, of)
 	}
 	onThread(func(tid int) {
 		RestoreThread()
@@ -134,7 +134,7 @@ func TestUnplacedCallersGoHome(t *testing.T) {
 	home.Store(0)
 	onThread(func(int) { PlaceThread(0, 2) })
 	onThread(func(int) { PlaceThread(1, 2) }) // Communicator.local: two slots, one size
-	if s, ok := homeSlot(); ok {
+	if s, _, ok := homeSlot(); ok {
 		t.Fatalf("home slot %d with two ranks of one size in this process, want none", s)
 	}
 	onThread(func(tid int) {
