@@ -33,11 +33,8 @@ func (l *moveLink) Move(h *wire.Header, data []byte) error {
 		return w.err
 	}
 	h.Len = uint64(len(data))
-	d := l.out()
-	d.frames = append(d.frames, recFrame{*h, data}) // not a copy
-	l.record(event{kind: "move", peer: l.peer, step: int(h.Step), bytes: len(data)})
+	l.post(h, data) // not a copy (Send posts a clone)
 	*l.moved++
-	w.cond.Broadcast()
 	return nil
 }
 
