@@ -206,7 +206,7 @@ func (p *Plan) wakes(coll wire.Coll, a Algo, bytes int) float64 {
 	case a == Direct && coll != wire.Broadcast:
 		return math.Max(1, float64(p.n-1)/2)
 	case a == Tree && coll == wire.AllReduce:
-		return 3 * math.Ceil(math.Log2(float64(p.n)+1))
+		return 1.5 * p.steps(coll, a, bytes) // 3 per level of steps' 2 (up and down)
 	}
 	return p.steps(coll, a, bytes)
 }
