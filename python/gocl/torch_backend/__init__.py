@@ -183,11 +183,12 @@ def register_when_torch_imported() -> None:
           "then removes itself")
 
 
-def _info(line: str) -> None:
-    """One line in the library's GOCL_DEBUG=INFO format: what importing gocl
-    or torch did to this process (an import hook, os.environ) is visible."""
+def _info(line: str, rank: int | str = "-") -> None:
+    """One line in the library's GOCL_DEBUG=INFO format, beside its own: what
+    importing gocl or torch did to this process (an import hook,
+    os.environ), and each torch group made."""
     if os.environ.get("GOCL_DEBUG", "").upper() in ("INFO", "TRACE"):
-        sys.stderr.write(f"{socket.gethostname()}:{os.getpid()}:{threading.get_native_id()} [-] GOCL INFO {line}\n")
+        sys.stderr.write(f"{socket.gethostname()}:{os.getpid()}:{threading.get_native_id()} [{rank}] GOCL INFO {line}\n")
 
 
 class _TorchImportHook:

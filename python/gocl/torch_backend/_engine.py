@@ -25,9 +25,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import socket
-import sys
-import threading
 
 import torch
 from torch._C._distributed_c10d import (
@@ -45,7 +42,7 @@ from torch._C._distributed_c10d import (
 
 from .. import _core, _lib, _rendezvous
 from .._sizes import elems
-from . import _monitored_barrier, _staging, _types
+from . import _info, _monitored_barrier, _staging, _types
 from ._internals import HAS_ASYNC_OP, caller_async
 from ._staging import Host, as_bytes, copy_out, direct, overlaps
 from ._work import Executor, GoclWork, Task, completed_work
@@ -154,9 +151,7 @@ class Engine:
         comm = connect(store, rank, size, timeout, global_ranks, group_id)
         line = f"torch group {group_id!r}: rank {rank} of {size}, global ranks {_short(global_ranks)}"
         log.debug("gocl: %s", line)
-        if debug_enabled():  # next to the library's own GOCL_DEBUG=INFO lines, in their format
-            sys.stderr.write(f"{socket.gethostname()}:{os.getpid()}:{threading.get_native_id()} "
-                             f"[{global_ranks[rank]}] GOCL INFO {line}\n")
+        _info(line, global_ranks[rank])
         engine = cls(comm, rank, size, global_ranks, group_id)
         engine.store = store
         engine.comm_timeout = op_timeout(timeout)
@@ -1063,7 +1058,3 @@ class Engine:
         if self.store is not None:  # its own keys (monitored_barrier counts from 0 again)
             engine.store = torch.distributed.PrefixStore(f"{group_id}/", self.store)
         return engine
-
-
-def debug_enabled() -> bool:
-    return os.environ.get("GOCL_DEBUG", "").upper() in ("INFO", "TRACE")
