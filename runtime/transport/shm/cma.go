@@ -308,7 +308,8 @@ func (l *link) postRef(h *wire.Header, data []byte) error {
 
 // Flush implements transport.Poster.
 func (l *link) Flush() error {
-	if l.refSeq <= l.llTail {
+	if l.refSeq <= l.llTail { // read already (slotFree refreshes llTail too)
+		l.forgetRefs()
 		return nil
 	}
 	if !l.enter() {

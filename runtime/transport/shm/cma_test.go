@@ -191,3 +191,39 @@ func TestWithdrawnFrameIsNotRead(t *testing.T) {
 	}
 	t.Logf("receiving a withdrawn frame: %v", err)
 }
+
+// A flush that finds every frame posted by address already read (the
+// sender learnt it while waiting for a slot) forgets them too: the list a
+// close would withdraw does not grow call after call.
+func TestFlushForgetsFramesReadBefore(t *testing.T) {
+	a, b := cmaPair(t, CMAMove, CMAMove)
+	big := make([]byte, MoveMin)
+	got := make([]byte, MoveMin)
+	small := []byte{1, 2, 3, 4}
+	for round := range 3 {
+		h := wire.Header{Kind: wire.KindColl, Coll: wire.AllGather, Seq: uint64(round), Count: 1}
+		if err := a.Move(&h, big); err != nil {
+			t.Fatal(err)
+		}
+		want := h
+		if err := b.RecvInto(&want, got); err != nil {
+			t.Fatal(err)
+		}
+		for i := range llSlots + 2 { // past a whole ring of slots: slotFree refreshes the sender's view
+			h := wire.Header{Kind: wire.KindColl, Coll: wire.AllGather, Seq: uint64(round), Step: uint32(i), Count: 1}
+			if err := a.Send(&h, small); err != nil {
+				t.Fatal(err)
+			}
+			want := h
+			if err := b.RecvInto(&want, got[:len(small)]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := a.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if len(a.refs) != 0 {
+			t.Fatalf("round %d: %d frames posted by address still listed after a flush", round, len(a.refs))
+		}
+	}
+}
