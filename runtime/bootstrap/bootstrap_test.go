@@ -110,7 +110,7 @@ func TestMessageBounds(t *testing.T) {
 // FuzzReadMsg: arbitrary bytes from a peer never panic or over-allocate.
 func FuzzReadMsg(f *testing.F) {
 	var buf bytes.Buffer
-	writeMsg(&buf, rootReply{Peers: []PeerInfo{{Rank: 1}}})
+	writeMsg(&buf, []PeerInfo{{Rank: 1}})
 	f.Add(buf.Bytes())
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -118,5 +118,7 @@ func FuzzReadMsg(f *testing.F) {
 		readMsg(bytes.NewReader(data), &r)
 		var p PeerInfo
 		readMsg(bytes.NewReader(data), &p)
+		var part []PeerInfo
+		readMsg(bytes.NewReader(data), &part)
 	})
 }

@@ -10,17 +10,21 @@ import (
 	"gocl/runtime/status"
 )
 
-// dial connects to addr and authenticates, retrying refused connections
-// (a root or peer may still be starting) and connections a busy listener
+// dial connects to addr and authenticates, retrying refused connections (a
+// root or peer may still be starting) and connections a busy listener
 // turned away (a root that every rank dials at once), until the deadline.
 // The pauses are jittered, so ranks turned away together come back spread.
-func dial(addr string, secret []byte, deadline time.Time) (net.Conn, error) {
+// To a listener known to be up (patient: a rank's table listener, open
+// before its rank joined) a refusal is final, and the handshake, with one of
+// the job's own ranks, may take until the deadline: on a host crowded with
+// ranks it can take longer than a stranger is given.
+func dial(addr string, secret []byte, deadline time.Time, patient bool) (net.Conn, error) {
 	backoff := 10 * time.Millisecond
 	for {
 		d := net.Dialer{Deadline: deadline}
 		c, err := d.Dial("tcp", addr)
 		if err == nil {
-			c.SetDeadline(time.Now().Add(authTimeout))
+			c.SetDeadline(handshakeBy(deadline, patient))
 			if err = authDial(c, secret); err == nil {
 				c.SetDeadline(time.Time{})
 				return c, nil
@@ -30,7 +34,7 @@ func dial(addr string, secret []byte, deadline time.Time) (net.Conn, error) {
 				return nil, status.Errorf(status.RemoteError, "handshake with %s failed: %v (is it the same communicator?)", addr, err)
 			}
 		}
-		if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, errTurnedAway) ||
+		if !(!patient && errors.Is(err, syscall.ECONNREFUSED)) && !errors.Is(err, errTurnedAway) ||
 			!deadline.IsZero() && time.Now().Add(backoff).After(deadline) {
 			return nil, status.Errorf(status.RemoteError, "cannot connect to %s: %v", addr, err)
 		}
@@ -39,19 +43,43 @@ func dial(addr string, secret []byte, deadline time.Time) (net.Conn, error) {
 	}
 }
 
+// handshakeBy is when a handshake must be done: authTimeout from now, or
+// for a patient one the deadline (none: no limit).
+func handshakeBy(deadline time.Time, patient bool) time.Time {
+	if patient {
+		return deadline
+	}
+	return time.Now().Add(authTimeout)
+}
+
 // Join meets the other ranks at the id's root: it sends this rank's info and
-// returns every rank's, indexed by rank.
+// returns every rank's, indexed by rank. The table comes down the bootstrap
+// tree (table.go): from the root for ranks 0 and 1, from the parent for the
+// others; a rank passes it on to its children before returning.
 func Join(id *ID, me PeerInfo, deadline time.Time) ([]PeerInfo, error) {
 	root, err := id.Root()
 	if err != nil {
 		return nil, err
 	}
-	c, err := dial(root.String(), id.Secret(), deadline)
+	c, err := dial(root.String(), id.Secret(), deadline, false)
 	if err != nil {
 		return nil, status.Errorf(status.RemoteError,
 			"rank %d: cannot reach the rendezvous root %s: %v; is the process that called goclGetUniqueId still running and reachable (GOCL_SOCKET_IFNAME)?", me.Rank, root, err)
 	}
 	defer c.Close()
+	// The table's listener is on the address the rank's peers reach it at,
+	// or (no address given) the one this host reaches the root from.
+	host := c.LocalAddr().(*net.TCPAddr).IP.String()
+	if h, _, err := net.SplitHostPort(me.Addr); err == nil && h != "" {
+		host = h
+	}
+	bl, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return nil, status.Errorf(status.SystemError, "rank %d: cannot listen for the rank table on %s: %v", me.Rank, host, err)
+	}
+	boot := bl.(*net.TCPListener)
+	defer boot.Close()
+	me.Boot = boot.Addr().String()
 	c.SetDeadline(deadline)
 	if err := writeMsg(c, me); err != nil {
 		return nil, status.Errorf(status.RemoteError, "rank %d: rendezvous with %s failed: %v", me.Rank, root, err)
@@ -73,10 +101,17 @@ func Join(id *ID, me PeerInfo, deadline time.Time) ([]PeerInfo, error) {
 		}
 		return nil, status.Errorf(code, "rank %d: rendezvous failed: %s", me.Rank, reply.Err)
 	}
-	if len(reply.Peers) != me.NRanks {
-		return nil, status.Errorf(status.InternalError, "rank %d: root sent %d peers for %d ranks", me.Rank, len(reply.Peers), me.NRanks)
+	c.Close()
+	peers, msgs, err := receiveTable(me.Rank, me.NRanks, boot, id.Secret(), deadline)
+	if err != nil {
+		abortBelow(me.Rank, reply.Kids, err, id.Secret(), deadline)
+		return nil, err
 	}
-	return reply.Peers, nil
+	if peers[me.Rank] != me {
+		return nil, status.Errorf(status.InternalError, "rank %d: the rank table's entry for this rank is not what it sent", me.Rank)
+	}
+	passOn(me.Rank, peers, msgs, id.Secret(), deadline) // as it came: no encoding again
+	return peers, nil
 }
 
 // IsTimeout reports a network wait that passed its deadline.

@@ -45,7 +45,7 @@ func Mesh(self int, peers []PeerInfo, ln net.Listener, secret []byte,
 	var dialErr error
 	for p := 0; p < self && dialErr == nil; p++ {
 		for i := 0; i < len(conns[p]); i++ {
-			c, err := dial(peers[p].Addr, secret, deadline)
+			c, err := dial(peers[p].Addr, secret, deadline, false)
 			if err == nil {
 				var hello [8]byte
 				binary.LittleEndian.PutUint32(hello[0:], uint32(self))
@@ -106,7 +106,7 @@ func acceptPeers(self int, ln net.Listener, secret []byte, conns [][]net.Conn, e
 				c.Close() // too many strangers at once
 				return
 			}
-			peer, idx, err := greet(c, secret, deadline, done)
+			peer, idx, err := greet(c, secret, time.Now().Add(authTimeout), done)
 			g.leave()
 			select {
 			case results <- greeted{c, peer, idx, err}:
@@ -153,10 +153,10 @@ func acceptPeers(self int, ln net.Listener, secret []byte, conns [][]net.Conn, e
 	return nil
 }
 
-// greet authenticates an accepted connection and reads who it is.
-// A stranger still greeting when done closes is cut off there.
-func greet(c net.Conn, secret []byte, deadline time.Time, done <-chan struct{}) (peer, idx int, err error) {
-	c.SetDeadline(time.Now().Add(authTimeout))
+// greet authenticates an accepted connection and reads who it is, by the
+// time given. A stranger still greeting when done closes is cut off there.
+func greet(c net.Conn, secret []byte, by time.Time, done <-chan struct{}) (peer, idx int, err error) {
+	c.SetDeadline(by)
 	stop := cutOffWhen(c, done) // unblocks the reads below
 	defer func() {
 		stop() // the watcher is gone before c is handed on

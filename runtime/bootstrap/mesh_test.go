@@ -101,7 +101,7 @@ func TestDialComesBackWhenTurnedAway(t *testing.T) {
 			}()
 		}
 	}()
-	c, err := dial(ln.Addr().String(), secret, time.Now().Add(10*time.Second))
+	c, err := dial(ln.Addr().String(), secret, time.Now().Add(10*time.Second), false)
 	if err != nil {
 		t.Fatalf("dial after 3 turn-aways: %v", err)
 	}
@@ -111,7 +111,7 @@ func TestDialComesBackWhenTurnedAway(t *testing.T) {
 	}
 
 	other := []byte("another secret, also thirty-two bytes or more")
-	if _, err := dial(ln.Addr().String(), other, time.Now().Add(10*time.Second)); err == nil {
+	if _, err := dial(ln.Addr().String(), other, time.Now().Add(10*time.Second), false); err == nil {
 		t.Fatal("dial with another secret succeeded")
 	} else if n := accepted.Load(); n != 5 {
 		t.Fatalf("a dial with another secret connected %d times (retried a refusal that was an answer): %v", n-4, err)

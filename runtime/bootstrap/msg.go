@@ -13,31 +13,53 @@ import (
 const maxMsg = 4 << 20
 
 func writeMsg(w io.Writer, v any) error {
+	out, err := encodeMsg(v)
+	if err == nil {
+		_, err = w.Write(out)
+	}
+	return err
+}
+
+// encodeMsg is v as one message: its length, then its JSON.
+func encodeMsg(v any) ([]byte, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	if len(b) > maxMsg {
+		return nil, fmt.Errorf("bootstrap message of %d bytes exceeds the %d-byte limit", len(b), maxMsg)
 	}
 	out := make([]byte, 4+len(b))
 	binary.LittleEndian.PutUint32(out, uint32(len(b)))
 	copy(out[4:], b)
-	_, err = w.Write(out)
-	return err
+	return out, nil
 }
 
 func readMsg(r io.Reader, v any) error {
+	m, err := readRawMsg(r)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(m[4:], v)
+}
+
+// readRawMsg reads one message as it came (length and JSON), for a reader
+// that passes it on as well.
+func readRawMsg(r io.Reader) ([]byte, error) {
 	var n [4]byte
 	if _, err := io.ReadFull(r, n[:]); err != nil {
-		return err
+		return nil, err
 	}
 	size := binary.LittleEndian.Uint32(n[:])
 	if size > maxMsg {
-		return fmt.Errorf("bootstrap message of %d bytes exceeds the %d-byte limit", size, maxMsg)
+		return nil, fmt.Errorf("bootstrap message of %d bytes exceeds the %d-byte limit", size, maxMsg)
 	}
-	b := make([]byte, size)
-	if _, err := io.ReadFull(r, b); err != nil {
-		return err
+	b := make([]byte, 4+size)
+	copy(b, n[:])
+	if _, err := io.ReadFull(r, b[4:]); err != nil {
+		return nil, err
 	}
-	return json.Unmarshal(b, v)
+	return b, nil
 }
 
 // PeerInfo is what every rank tells the others at init.
@@ -45,6 +67,7 @@ type PeerInfo struct {
 	Rank   int    `json:"rank"`
 	NRanks int    `json:"nranks"`
 	Addr   string `json:"addr"` // peer listener, host:port
+	Boot   string `json:"boot"` // where the rank takes the rank table from its parent (table.go), during init only
 	Host   string `json:"host"` // host identity: same string = same machine
 	Proc   string `json:"proc"` // process identity: same string = same process
 	Pid    int    `json:"pid"`
@@ -58,10 +81,12 @@ type PeerInfo struct {
 	Shm   string `json:"shm,omitempty"`
 }
 
-// rootReply is the root's answer: the whole table, or why there is none.
+// rootReply is the root's answer: every rank joined, and where this rank's
+// children in the bootstrap tree take the table (table.go), or why the
+// rendezvous failed.
 type rootReply struct {
-	Err     string     `json:"err,omitempty"`
-	Expired bool       `json:"expired,omitempty"` // Err is the root's timeout
-	Left    bool       `json:"left,omitempty"`    // Err is a rank gone from the rendezvous
-	Peers   []PeerInfo `json:"peers,omitempty"`
+	Err     string   `json:"err,omitempty"`
+	Expired bool     `json:"expired,omitempty"` // Err is the root's timeout
+	Left    bool     `json:"left,omitempty"`    // Err is a rank gone from the rendezvous
+	Kids    []string `json:"kids,omitempty"`
 }

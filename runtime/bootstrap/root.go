@@ -11,7 +11,8 @@ import (
 )
 
 // StartRoot makes a new unique id and serves one rendezvous for it in the
-// background: it waits for every rank's PeerInfo, then sends each the table.
+// background: it waits for every rank's PeerInfo, then answers each and
+// sends the table down the tree (table.go).
 // It stops when the rendezvous is done, once every rank has had its failure,
 // or after timeout (0: none), whichever comes first.
 func StartRoot(timeout time.Duration) (ID, error) {
@@ -143,10 +144,25 @@ func serveRoot(ln *net.TCPListener, secret []byte, timeout time.Duration, stop <
 				for r, b := range byRank {
 					peers[r] = b.info
 				}
-				for _, b := range byRank {
-					writeMsg(b.conn, rootReply{Peers: peers})
+				msgs, err := encodeTable(peers)
+				if err != nil {
+					failAll(fmt.Sprintf("cannot encode the rank table: %v", err))
+					return
+				}
+				for r, b := range byRank {
+					var kids []string
+					for _, k := range treeChildren(r, nranks) {
+						kids = append(kids, peers[k].Boot)
+					}
+					writeMsg(b.conn, rootReply{Kids: kids})
 					b.conn.Close()
 				}
+				var deadline time.Time
+				if timeout > 0 {
+					deadline = time.Now().Add(timeout)
+				}
+				ln.Close()
+				passOn(-1, peers, msgs, secret, deadline)
 				debuglog.Infof(debuglog.Bootstrap, -1, "bootstrap root: all %d ranks joined", nranks)
 				return
 			}

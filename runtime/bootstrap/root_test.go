@@ -64,7 +64,7 @@ func TestRootFailsTheRanksWhenAJoinedRankLeaves(t *testing.T) {
 	}
 	first := joinAsync(id, 0, 3)
 	addr, _ := id.Root()
-	c, err := dial(addr.String(), id.Secret(), time.Now().Add(10*time.Second))
+	c, err := dial(addr.String(), id.Secret(), time.Now().Add(10*time.Second), false)
 	if err != nil {
 		t.Fatal(err)
 	}

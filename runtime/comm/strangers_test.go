@@ -73,9 +73,9 @@ func strangers(t *testing.T, addr string) []net.Conn {
 	return out
 }
 
-// Every port gocl listens on during init (the rendezvous root and each
-// rank's listener, whose connections become the socket links and the shm
-// control channels) drops connections that do not prove the unique id's
+// Every port gocl listens on during init (the rendezvous root, each rank's
+// listener, whose connections become the socket links and the shm control
+// channels, and the one a rank takes the rank table on) drops connections that do not prove the unique id's
 // secret, logs them, and is not held up by them (a silent stranger would
 // hold an accept loop for 10 s); the communicator then works, and once init
 // is done only the ranks' probe listeners are left, refusing strangers too.
@@ -93,6 +93,7 @@ func TestStrangersOnEveryPort(t *testing.T) {
 			}
 			start := time.Now()
 			const n = 3
+			const ports = 1 + 2*(n-1) // the root; each waiting rank's listener and its rank table's (bootstrap/table.go)
 			comms := make([]*Comm, n)
 			errs := make([]error, n)
 			var wg sync.WaitGroup
@@ -101,7 +102,7 @@ func TestStrangersOnEveryPort(t *testing.T) {
 					// Ranks 0..n-2 wait in the rendezvous for the last: attack the root
 					// and their listeners now (the last rank's accepts nobody).
 					var fresh []int
-					for t0 := time.Now(); len(fresh) < n && time.Since(t0) < 5*time.Second; time.Sleep(5 * time.Millisecond) {
+					for t0 := time.Now(); len(fresh) < ports && time.Since(t0) < 5*time.Second; time.Sleep(5 * time.Millisecond) {
 						fresh = fresh[:0]
 						for p := range listeningPorts(t) {
 							if !before[p] {
@@ -142,8 +143,8 @@ func TestStrangersOnEveryPort(t *testing.T) {
 					t.Errorf("stranger %d (%s -> %s) is still held open after init", i, c.LocalAddr(), c.RemoteAddr())
 				}
 			}
-			if len(attacked) != n {
-				t.Errorf("attacked %d ports, want %d (the root and the listeners of ranks 0..%d)", len(attacked), n, n-2)
+			if len(attacked) != ports {
+				t.Errorf("attacked %d ports, want %d (the root, and the listeners and rank table listeners of ranks 0..%d)", len(attacked), ports, n-2)
 			}
 			// After init the root's port is closed; each rank's listener stays
 			// open to answer its peers' liveness probes (culprit.go), and drops
