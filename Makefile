@@ -12,6 +12,7 @@ CFLAGS  := -O2 -Wall -Wextra -I$(BUILD)/include -Itests/c
 # against about 2 s), for every rank of every test.
 PYTHON3 ?= python3
 UV      := $(PYTHON3) -m uv
+UV_READY := $(UV) --version >/dev/null 2>&1 || $(PYTHON3) -m pip install --quiet uv  # uv from PyPI when missing
 export UV_COMPILE_BYTECODE := 1
 VENV    := .venv
 PY      := $(VENV)/bin/python
@@ -59,39 +60,35 @@ help:
 
 lib: $(BUILD)/libgocl.so $(BUILD)/include/gocl.h
 
-$(BUILD)/libgocl.so: $(SOURCES)
-	@mkdir -p $(BUILD)
-	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -trimpath -o $@ ./capi
-	@rm -f $(BUILD)/libgocl.h  # cgo's generated header is internal; gocl.h is the API
-
-# The library the Python package loads (python/gocl/_native/, a build output).
-# Built beside it and renamed over it: a Python process that has the old one
-# mapped keeps it instead of crashing on a rewritten file.
+# The native files, each built by its one recipe in hatch_build.py (ARTIFACTS:
+# the same the wheel and the editable install build) into python/gocl/_native/,
+# the folder the Python package loads from; build/ gets copies for the C tests
+# and benchmarks (linked to the libgocl.so beside them: rpath $$ORIGIN).
+# Each is written beside its target and renamed over it: a Python process that
+# has the old one mapped keeps it instead of crashing on a rewritten file.
 # gocl-doctor (NVML via go-nvml, never inside libgocl.so) and gocl-perf (the
-# benchmark `gocl perf` runs, linked to the libgocl.so beside it) sit next to it.
+# benchmark `gocl perf` runs) sit next to libgocl.so.
+NATIVE_BUILD := $(PYTHON3) hatch_build.py
 pylib: $(PYLIB) $(PYDOCTOR) $(PYPERF) $(PYMPIABI)
 
 $(PYLIB): $(SOURCES)
-	@mkdir -p $(@D)
-	CGO_ENABLED=1 $(GO) build -buildmode=c-shared -trimpath -o $(@D)/.tmp-libgocl.so ./capi
-	@rm -f $(@D)/.tmp-libgocl.h
-	@mv -f $(@D)/.tmp-libgocl.so $@
+	$(NATIVE_BUILD) libgocl.so
 
 $(PYDOCTOR): $(DOCTOR_SOURCES)
-	@mkdir -p $(@D)
-	CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" $(GO) build -trimpath -o $(@D)/.tmp-gocl-doctor ./cmd/gocl-doctor
-	@mv -f $(@D)/.tmp-gocl-doctor $@
+	$(NATIVE_BUILD) gocl-doctor
 
 $(PYPERF): $(PERF_SOURCES) $(PYLIB)
-	$(CC) -O2 -Wall -Wextra -Icapi -Itests/c bench/gocl_perf.c bench/perf_common.c tests/c/launch.c -L$(@D) -lgocl -lpthread -lm $(RPATH) -o $(@D)/.tmp-gocl-perf
-	@mv -f $(@D)/.tmp-gocl-perf $@
+	$(NATIVE_BUILD) gocl-perf
+
+$(BUILD)/libgocl.so $(BUILD)/gocl-perf: $(BUILD)/%: python/gocl/_native/%
+	@mkdir -p $(BUILD)
+	cp -f $< $@
+$(BUILD)/gocl-perf: $(BUILD)/libgocl.so
 
 # mpiabi/mpiabi_stubs.c and mpiabi_consts.h are generated (committed): `make mpiabi-gen`
 # remakes them from MPItrampoline's tables (MPITRAMPOLINE_SRC: its source tree or git dir).
 $(PYMPIABI): $(MPIABI_SOURCES) $(PYLIB)
-	$(CC) -O2 -Wall -Wextra -shared -fPIC -fvisibility=hidden -Icapi -Impiabi -Ijax_ffi mpiabi/gocl_mpiabi.c mpiabi/launcher_world.c mpiabi/mpiabi_stubs.c jax_ffi/memory.c \
-		-L$(@D) -lgocl -lpthread -Wl,--no-undefined $(RPATH) -o $(@D)/.tmp-libgocl_mpiabi.so
-	@mv -f $(@D)/.tmp-libgocl_mpiabi.so $@
+	$(NATIVE_BUILD) libgocl_mpiabi.so
 
 # JAX through the MPI door (gocl's MPI ABI library): its tests 3 times in a row (make test runs them once).
 test-mpiabi: venv
@@ -107,7 +104,7 @@ mpiabi-gen:
 venv: $(VENV)/.gocl-installed $(PYLIB) $(PYDOCTOR) $(PYPERF) $(PYMPIABI)
 
 $(VENV)/.gocl-installed: pyproject.toml hatch_build.py
-	@$(UV) --version >/dev/null 2>&1 || $(PYTHON3) -m pip install --quiet uv
+	@$(UV_READY)
 	@test -x $(PY) || $(UV) venv --python $(PYTHON3) $(VENV)
 	$(UV) pip install --python $(PY) -e ".[torch,jax,test]"
 	@touch $@
@@ -130,8 +127,6 @@ $(BUILD)/fork_test: tests/c/fork_test.c lib
 $(BUILD)/slack_test: tests/c/slack_test.c lib
 	$(CC) $(CFLAGS) $< -L$(BUILD) -lgocl $(RPATH) -o $@
 
-$(BUILD)/gocl-perf: $(PERF_SOURCES) lib
-	$(CC) $(CFLAGS) bench/gocl_perf.c bench/perf_common.c tests/c/launch.c -L$(BUILD) -lgocl -lpthread -lm $(RPATH) -o $@
 
 # The C API's cheapest call, timed (bench/compare.py's floor for its overhead).
 $(BUILD)/capi-floor: bench/capi_floor.c lib
@@ -241,7 +236,7 @@ test-ray: venv $(VENVRAY)/.gocl-installed $(PYLIB)
 # ProcessGroup-subclass route, old method names). uv's cache makes it cheap.
 VENV27 := .venv-torch27
 $(VENV27)/.gocl-installed: pyproject.toml hatch_build.py
-	@$(UV) --version >/dev/null 2>&1 || $(PYTHON3) -m pip install --quiet uv
+	@$(UV_READY)
 	@test -x $(VENV27)/bin/python || $(UV) venv --python $(PYTHON3) $(VENV27)
 	$(UV) pip install --python $(VENV27)/bin/python "torch==2.7.1" numpy pytest -e .
 	@touch $@
@@ -405,7 +400,7 @@ test-sdist: venv wheel-tools
 # to build tests/python/test_wheels.py's aarch64 probe, in their own venv.
 wheel-tools: $(WHEEL_TOOLS)/.installed
 $(WHEEL_TOOLS)/.installed:
-	@$(UV) --version >/dev/null 2>&1 || $(PYTHON3) -m pip install --quiet uv
+	@$(UV_READY)
 	$(UV) venv --allow-existing --python $(PYTHON3) $(WHEEL_TOOLS)
 	$(UV) pip install --python $(WHEEL_TOOLS)/bin/python "auditwheel>=6" pyelftools "ziglang>=0.13"
 	@touch $@

