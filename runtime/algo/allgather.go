@@ -70,7 +70,7 @@ func AllGatherDirect(c *Ctx, send, recv []byte, count int) error {
 }
 
 // AllGatherHalvingDoubling is recursive doubling: log2(n) exchanges of ever
-// larger ranges of blocks. Only for a power-of-two number of ranks.
+// larger ranges of blocks; at other n, Bruck's: ceil(log2 n) rounds.
 func AllGatherHalvingDoubling(c *Ctx, send, recv []byte, count int) error {
 	r := c.Rank
 	own := recv[r*count*c.Elem : (r+1)*count*c.Elem]
@@ -85,8 +85,60 @@ func AllGatherHalvingDoubling(c *Ctx, send, recv []byte, count int) error {
 		if !same(send, own) {
 			kernels.Copy(own, send, p.nontemporal)
 		}
+		if c.N&(c.N-1) != 0 {
+			return bruckAllGather(c, p, seg, recv)
+		}
 		return hdAllGather(c, p, seg, recv)
 	})
+}
+
+// bruckAllGather is Bruck's allgather, for any n: in the round of distance
+// d (1, 2, 4, ...) a rank holds the d blocks from its own on (r, r+1, ...,
+// mod n), sends the first min(d, n-d) of them to rank r-d and takes as many
+// from rank r+d, so ceil(log2 n) rounds where a ring takes n-1, each rank
+// sending n-1 blocks in all as on the ring. Blocks stay in their places in
+// buf: a range that wraps past block n-1 goes as two pieces, cut alike at
+// both ends (they name the same blocks).
+func bruckAllGather(c *Ctx, p *prims, seg blocks, buf []byte) error {
+	n, r := c.N, c.Rank
+	// Frames of the blocks [b, b+k) mod n, in order.
+	frames := func(b, k int) [][]byte {
+		var out [][]byte
+		for _, span := range [][2]int{{b, min(b+k, n)}, {0, max(b+k-n, 0)}} {
+			if span[1] <= span[0] {
+				continue
+			}
+			lo, hi := seg.elems(span[0], span[1])
+			nsub := c.chunks(hi - lo)
+			for j := 0; j < nsub; j++ {
+				out = append(out, c.piece(buf, lo, hi, nsub, j))
+			}
+		}
+		return out
+	}
+	step := 0
+	for d := 1; d < n; d *= 2 {
+		k := min(d, n-d)
+		to, from := (r-d+n)%n, (r+d)%n
+		out, in := frames(r, k), frames(from, k)
+		// Alternated, as a ring forwards: a rank never has more than one
+		// frame out that its receiver has not started taking.
+		for i := 0; i < max(len(out), len(in)); i++ {
+			if i < len(out) {
+				if err := p.send(to, step+i, out[i]); err != nil {
+					return err
+				}
+			}
+			if i < len(in) {
+				if err := p.recv(from, step+i, in[i]); err != nil {
+					return err
+				}
+			}
+		}
+		lo, hi := seg.elems(0, k)
+		step += c.chunks(hi-lo) + 1 // the most frames k blocks take, alike on every rank
+	}
+	return nil
 }
 
 // runGather is run for an allgather: its result is the N blocks of count

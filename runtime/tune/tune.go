@@ -28,7 +28,7 @@ const (
 	Ring            Algo = iota // chunked, pipelined ring or chain: bandwidth-optimal
 	Tree                        // NCCL's double binary tree: log2(n) latency
 	Direct                      // one-shot: every rank talks to every rank at once
-	HalvingDoubling             // recursive halving-doubling: log2(n) steps, ring's bytes; 2^k ranks
+	HalvingDoubling             // recursive halving-doubling: log2(n) steps, ring's bytes; 2^k ranks (allgather: any n, Bruck's)
 	Hier                        // hierarchical: inside each host, then between hosts (hier.go)
 	numAlgos
 )
@@ -134,8 +134,8 @@ func (p *Plan) Pick(coll wire.Coll, bytes int) Choice {
 // allowed reports whether a may run coll on this communicator.
 func (p *Plan) allowed(coll wire.Coll, a Algo, bytes int) bool {
 	switch a {
-	case HalvingDoubling:
-		return p.n&(p.n-1) == 0
+	case HalvingDoubling: // at other n allgather has Bruck's
+		return p.n&(p.n-1) == 0 || coll == wire.AllGather
 	case Hier:
 		return p.hosts.hier() && (bytes > p.DirectMax || p.Algos.only(coll, int(Hier)))
 	case Direct:
@@ -148,12 +148,22 @@ func (p *Plan) allowed(coll wire.Coll, a Algo, bytes int) bool {
 	return true
 }
 
+// unmeasured: a choice the model is not trusted with unless GOCL_ALGO asks
+// for it alone. Bruck's allgather (halving-doubling at n not a power of two)
+// on a crowded host, where each of its rounds waits for a wake-up: on 24
+// processes on 2 cores the one-shot measured faster at 1.5-12 KiB and the
+// ring as fast at 768 KiB, where the model, fitted on all-reduce, says Bruck
+// (bench/SCALE.md, "Bruck's allgather").
+func (p *Plan) unmeasured(coll wire.Coll, a Algo) bool {
+	return a == HalvingDoubling && p.n&(p.n-1) != 0 && p.crowd > 1 && !p.Algos.only(coll, int(a))
+}
+
 // decide runs the model for one size.
 func (p *Plan) decide(coll wire.Coll, bytes int) Choice {
 	best, bestT := Choice{Algo: Direct}, math.Inf(1)
 	pick := func(strict bool) {
 		for _, a := range candidates(coll) {
-			if (strict && !p.Algos.has(coll, int(a))) || !p.allowed(coll, a, bytes) {
+			if (strict && !p.Algos.has(coll, int(a))) || !p.allowed(coll, a, bytes) || p.unmeasured(coll, a) {
 				continue
 			}
 			for pr := range numProtos {
