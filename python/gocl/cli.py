@@ -108,11 +108,15 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _cmd_perf(args: argparse.Namespace) -> int:
-    from .perf import main as perf_main
-
     extra = list(args.args)
     if extra and extra[0] == "--":
         extra = extra[1:]
+    if any(a == "--hosts" or a.startswith("--hosts=") for a in extra):  # across network namespaces
+        from .perf_hosts import main as hosts_main
+
+        return hosts_main(extra)
+    from .perf import main as perf_main
+
     return perf_main(extra)
 
 

@@ -93,7 +93,8 @@ def _label(run: dict[str, Any]) -> str:
             f"{run.get('type', '?')}")
 
 
-def _matplotlib():
+def pyplot():
+    """matplotlib.pyplot on the Agg backend, or an ImportError naming the install."""
     try:
         import matplotlib
 
@@ -109,7 +110,7 @@ def plot(runs: Sequence[dict[str, Any]], out: str | os.PathLike, title: str | No
     """Draws out-of-place busbw (solid) and in-place busbw (dotted, where
     measured) against size for each run, on one log-log axes; writes out.
     per_link (GB/s): busbw / that link's rate instead, 1.0 being the link."""
-    plt = _matplotlib()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 5.5))
     k = 1 / per_link if per_link else 1.0
     for run in runs:
@@ -165,16 +166,12 @@ def _split(args: list[str]) -> tuple[list[str], str | None, list[str]]:
 def main(argv: Sequence[str] | None = None) -> int:
     """``gocl perf COLLECTIVE [options]``; returns the exit status (or execs)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if any(a == "--hosts" or a.startswith("--hosts=") for a in args):
-        from .perf_hosts import main as hosts_main
-
-        return hosts_main(args)
     try:
         rest, target, files = _split(args)
         if files and target is None:
             raise ValueError(f"gocl perf: {files[0]}: results files are drawn with --plot FILE.png")
         if target is not None:
-            _matplotlib()  # fail before the benchmark runs
+            pyplot()  # fail before the benchmark runs
             runs = [r for f in files for r in load_runs(f)]
         exe = _binary()
         env = _env()

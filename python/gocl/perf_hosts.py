@@ -68,10 +68,10 @@ def main(argv: Sequence[str]) -> int:
         if why:
             problem = f"cannot make hosts on this machine: {why}"
     if problem is None and a.plot:
-        from .perf import _matplotlib
+        from .perf import pyplot
 
         try:
-            _matplotlib()
+            pyplot()
         except ImportError as e:
             problem = str(e)
     if problem:

@@ -275,7 +275,8 @@ def straggler(j: Job) -> tuple[int | None, str]:
     return culprit, f"rank {culprit} {state}; ranks {', '.join(map(str, waiting))} wait on it (longest {longest:.1f} s)"
 
 
-def _bps(x: float) -> str:
+def rate(x: float) -> str:
+    """Bytes per second in words: "12.3 MB/s"."""
     for unit, f in (("GB/s", 1e9), ("MB/s", 1e6), ("KB/s", 1e3)):
         if x >= f:
             return f"{x / f:.1f} {unit}"
@@ -313,7 +314,7 @@ def row(r: int, v: dict | None, culprit: int | None) -> list[str]:
     op = describe_call(v.get("current") or v.get("last"))
     w = v.get("waiting")
     waits = f"rank {w['peer']} ({w['for']}) {w['seconds']:.1f}s" if w else "-"
-    bw = _bps(max(v.get("send_Bps", 0.0), v.get("recv_Bps", 0.0)))
+    bw = rate(max(v.get("send_Bps", 0.0), v.get("recv_Bps", 0.0)))
     return [f"{mark}{r}", where, state, op, waits, bw]
 
 

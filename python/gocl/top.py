@@ -174,7 +174,7 @@ def columns(r: int, v: dict | None, culprit: int | None) -> list[str]:
             f"{cur['seconds']:.1f}s" if cur else "-",
             f"rank {w['peer']} ({w['for']})" if w else "-",
             f"{w['seconds']:.1f}s" if w else "-",
-            status._bps(v.get("send_Bps", 0.0)), status._bps(v.get("recv_Bps", 0.0))]
+            status.rate(v.get("send_Bps", 0.0)), status.rate(v.get("recv_Bps", 0.0))]
 
 
 def _bar(frac: float, n: int = 10) -> str:

@@ -55,8 +55,7 @@ except ImportError as _exc:  # pragma: no cover - depends on the environment
 import torch.distributed as dist
 
 from . import _core  # noqa: E402
-from .torch_backend._engine import Engine  # noqa: E402
-from .torch_backend._frontends import GoclBackend  # noqa: E402
+from .torch_backend import GoclBackend, new_backend  # noqa: E402
 
 __all__ = ["ProcessGroupGocl"]
 
@@ -117,8 +116,7 @@ class ProcessGroupGocl(ProcessGroupWrapper):
                 group_id += f"_rank_{self._group_rank}"
         else:
             group_id = "torchft"
-        engine = Engine.create(store, rank, world_size, self._timeout, ranks, group_id)
-        self._backend = GoclBackend(engine)
+        self._backend = new_backend(store, rank, world_size, self._timeout, ranks, group_id)
         return self._backend
 
     def abort(self, errored: bool = True) -> None:

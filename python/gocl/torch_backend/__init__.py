@@ -92,7 +92,7 @@ _lock = threading.Lock()
 _hook_installed = False
 _autoloaded = False  # _autoload ran (its log lines and the environment, once)
 
-__all__ = ["BACKEND_NAME", "register", "is_registered", "register_when_torch_imported"]
+__all__ = ["BACKEND_NAME", "register", "is_registered", "register_when_torch_imported", "new_backend"]
 
 
 def is_registered() -> bool:
@@ -128,6 +128,17 @@ def _create_backend(dist_backend_opts, backend_options=None):
     from . import _frontends  # noqa: PLC0415  (imports torch; loads gocl when the group is built)
 
     return _frontends.create(dist_backend_opts, backend_options)
+
+
+def new_backend(store, rank: int, size: int, timeout, global_ranks, group_id: str):
+    """A gocl c10d backend (GoclBackend) of size ranks meeting through store,
+    as torch's "gocl" backend builds for a group, for a caller that makes its
+    own process groups (gocl.torchft). timeout: a timedelta; global_ranks:
+    the group's ranks in the default group; group_id names it in logs."""
+    from ._engine import Engine  # noqa: PLC0415  (imports torch)
+    from ._frontends import GoclBackend  # noqa: PLC0415
+
+    return GoclBackend(Engine.create(store, rank, size, timeout, global_ranks, group_id))
 
 
 def _autoload() -> None:
