@@ -1,10 +1,12 @@
 package comm
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log"
 	"net"
+	"net/http"
 	"os"
 	"sort"
 	"strconv"
@@ -13,7 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"gocl/runtime/bootstrap"
 	"gocl/runtime/config"
 	"gocl/runtime/debuglog"
 	"gocl/runtime/transport"
@@ -464,7 +465,7 @@ func startMetricsEndpoint() bool {
 		}
 		promState.on, promState.ln = true, ln
 		promState.comms = map[*promComm]bool{}
-		go acceptMetrics(ln)
+		go serveMetrics(ln)
 		debuglog.Infof(debuglog.Init, -1, "metrics endpoint on http://%s/metrics", ln.Addr())
 	})
 	return promState.on
@@ -523,50 +524,34 @@ func (p *promComm) count(batch []metricRec) {
 	}
 }
 
-// acceptMetrics answers the endpoint's connections. It speaks just enough
-// HTTP/1.x for a scraper (GET /metrics, one request a connection) instead
-// of using net/http, which with crypto/tls would add 5 MB to libgocl.so
-// and its package initialisation to every program that loads it.
-func acceptMetrics(ln net.Listener) {
-	defer func() { recover() }()                     // a goroutine of ours never takes the process down
-	bootstrap.AcceptLoop(ln, true, serveMetricsConn) // temporary errors (a flood past the fd limit) back off
-}
-
-// serveMetricsConn reads one request (bounded in size and time) and answers it.
-func serveMetricsConn(conn net.Conn) {
-	defer func() { recover() }()
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(5 * time.Second))
-	r := bufio.NewReaderSize(conn, 4096)
-	request, err := r.ReadSlice('\n')
-	if err != nil {
-		return
-	}
-	fields := strings.Fields(string(request))
-	for n := 0; ; n++ { // the headers, unread
-		line, err := r.ReadSlice('\n')
-		if err != nil || n > 100 {
+// serveMetrics answers the endpoint with net/http: GET (or HEAD) /metrics
+// or / gives the counters, other paths 404 and other methods 405. Bounded in
+// time, so a slow or silent client holds a connection for 5 s at most;
+// temporary accept errors (a flood past the fd limit) back off in net/http.
+func serveMetrics(ln net.Listener) {
+	defer func() { recover() }() // a goroutine of ours never takes the process down
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "only GET", http.StatusMethodNotAllowed)
 			return
 		}
-		if len(strings.TrimSpace(string(line))) == 0 {
-			break
+		if r.URL.Path != "/metrics" && r.URL.Path != "/" {
+			http.Error(w, "the counters are at /metrics", http.StatusNotFound)
+			return
 		}
-	}
-	code, body := "200 OK", ""
-	switch {
-	case len(fields) < 2 || (fields[0] != "GET" && fields[0] != "HEAD"):
-		code, body = "405 Method Not Allowed", "only GET\n"
-	case fields[1] != "/metrics" && fields[1] != "/":
-		code, body = "404 Not Found", "the counters are at /metrics\n"
-	default:
-		body = prometheusText()
-	}
-	head := "HTTP/1.1 " + code + "\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: " +
-		strconv.Itoa(len(body)) + "\r\nConnection: close\r\n\r\n"
-	if len(fields) > 0 && fields[0] == "HEAD" {
-		body = ""
-	}
-	conn.Write([]byte(head + body))
+		body := prometheusText()
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		if r.Method == http.MethodGet {
+			io.WriteString(w, body)
+		}
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second,
+		WriteTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second, MaxHeaderBytes: 8 << 10,
+		ErrorLog: log.New(io.Discard, "", 0)}
+	srv.Serve(ln)
 }
 
 // prometheusText is the counters in Prometheus' text exposition format.

@@ -355,3 +355,55 @@ func TestMetricsBarePortIsLoopbackOnly(t *testing.T) {
 		t.Errorf("GOCL_METRICS_PORT=%d answers on %s, not only on loopback", port, outside)
 	}
 }
+
+// The endpoint answers GET and HEAD of /metrics (and /), 404 elsewhere, 405
+// to other methods, and lets go of a client that sends nothing.
+func TestMetricsEndpointAnswers(t *testing.T) {
+	promState.once = sync.Once{}
+	setEnv(t, "GOCL_METRICS_PORT", "127.0.0.1:0")
+	t.Cleanup(func() {
+		promState.mu.Lock()
+		promState.ln.Close()
+		promState.once, promState.on = sync.Once{}, false
+		promState.mu.Unlock()
+	})
+	if !startMetricsEndpoint() {
+		t.Fatal("endpoint off")
+	}
+	base := "http://" + promState.ln.Addr().String()
+	for _, c := range []struct {
+		method, path string
+		code         int
+		body         string
+	}{
+		{"GET", "/metrics", 200, "# TYPE gocl_calls_total counter"},
+		{"GET", "/", 200, "# TYPE gocl_calls_total counter"},
+		{"HEAD", "/metrics", 200, ""},
+		{"GET", "/other", 404, "the counters are at /metrics"},
+		{"POST", "/metrics", 405, "only GET"},
+	} {
+		req, _ := http.NewRequest(c.method, base+c.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", c.method, c.path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.code || !strings.Contains(string(body), c.body) || c.method == "HEAD" && len(body) != 0 {
+			t.Errorf("%s %s: %d %q, want %d with %q", c.method, c.path, resp.StatusCode, body, c.code, c.body)
+		}
+		if c.code == 200 && !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain; version=0.0.4") {
+			t.Errorf("%s %s: Content-Type %q", c.method, c.path, resp.Header.Get("Content-Type"))
+		}
+	}
+	// A silent client is cut off (ReadHeaderTimeout), not held forever.
+	conn, err := net.Dial("tcp", promState.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.Copy(io.Discard, conn); err != nil {
+		t.Errorf("a silent client was not let go: %v", err)
+	}
+}
