@@ -135,9 +135,19 @@ func TestSmallCollectivesAllocateNothing(t *testing.T) {
 }
 
 // BenchmarkArmDeadline times what every call pays to arm its deadline on a
-// rank of n in-process ranks linked by TCP sockets (a full mesh): once per
-// call, whatever n, when the links share the communicator's deadline.
+// rank of n in-process ranks linked by TCP sockets (a full mesh) or in
+// process: once per call, whatever n, when the links share the
+// communicator's deadline.
 func BenchmarkArmDeadline(b *testing.B) {
+	for _, n := range []int{2, 16, 64} {
+		b.Run(fmt.Sprintf("inproc/n=%d", n), func(b *testing.B) {
+			c := benchComms(b, n)[0]
+			b.ResetTimer()
+			for range b.N {
+				c.armDeadline()
+			}
+		})
+	}
 	for _, n := range []int{2, 16, 64} {
 		b.Run(fmt.Sprintf("socket/n=%d", n), func(b *testing.B) {
 			b.Setenv("GOCL_P2P_DISABLE", "1")

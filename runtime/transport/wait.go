@@ -177,6 +177,16 @@ func AwaitFor(s *Stats, k WaitKind, long bool, b *Bell, deadline int64, ready fu
 	return await(b, deadline, ready, failed, !long, s, k)
 }
 
+// AwaitForDeadline is AwaitFor with the deadline read from d only when the
+// wait has to sleep: a wait that ends while polling never reads the clock
+// (Deadline).
+func AwaitForDeadline(s *Stats, k WaitKind, long bool, b *Bell, d *Deadline, ready func() bool, failed func() error) error {
+	if ready() || (!long && host.Poll(ready)) {
+		return nil
+	}
+	return await(b, d.UnixNano(), ready, failed, false, s, k)
+}
+
 func await(b *Bell, deadline int64, ready func() bool, failed func() error, polls bool, s *Stats, k WaitKind) error {
 	if ready() || (polls && host.Poll(ready)) {
 		return nil

@@ -82,11 +82,11 @@ type end struct {
 	self, peer int
 	me         int // 0 if self < peer
 	out, in    *direction
-	sent       uint64 // frames posted (the sender's own count)
-	recvd      uint64 // frames consumed (the receiver's own count)
-	lent       int    // bytes of the outstanding Lend; 0: none
-	deadline   atomic.Int64
-	unshare    func() // gives back host.RaiseGOMAXPROCS's raise
+	sent       uint64                 // frames posted (the sender's own count)
+	recvd      uint64                 // frames consumed (the receiver's own count)
+	lent       int                    // bytes of the outstanding Lend; 0: none
+	deadline   transport.LinkDeadline // own, or the communicator's (ShareDeadline)
+	unshare    func()                 // gives back host.RaiseGOMAXPROCS's raise
 }
 
 var (
@@ -144,13 +144,12 @@ func (e *end) Name() string { return "inproc" }
 // algorithms' small sends go through Lend).
 func (e *end) Buffered(int) bool { return false }
 
-func (e *end) SetDeadline(t time.Time) {
-	var ns int64
-	if !t.IsZero() {
-		ns = t.UnixNano()
-	}
-	e.deadline.Store(ns)
-}
+func (e *end) SetDeadline(t time.Time) { e.deadline.Set(t) }
+
+// ShareDeadline makes this end's waits take their deadline from d
+// (transport.DeadlineSharer) until the next SetDeadline: the communicator
+// arms one Deadline a call instead of setting one per link.
+func (e *end) ShareDeadline(d *transport.Deadline) { e.deadline.Share(d) }
 
 func (e *end) closedErr() error {
 	if e.p.closed[e.me].Load() {
@@ -175,7 +174,7 @@ func (e *end) failed() error {
 // that says what was waited for. A long wait (a frame above LendMax: its
 // peer is producing or copying it) sleeps without polling.
 func (e *end) await(k transport.WaitKind, bell *transport.Bell, long bool, ready func() bool, failed func() error, what func() string) error {
-	err := transport.AwaitFor(&e.stats, k, long, bell, e.deadline.Load(), ready, failed)
+	err := transport.AwaitForDeadline(&e.stats, k, long, bell, e.deadline.Get(), ready, failed)
 	if err == transport.ErrExpired {
 		return transport.TimedOut(e.self, e.peer, what())
 	}
@@ -341,8 +340,9 @@ func (e *end) Peek() (wire.Header, bool) {
 func (e *end) Failure() error { return e.failed() }
 
 var (
-	_ transport.Peeker = (*end)(nil)
-	_ transport.Lender = (*end)(nil)
+	_ transport.Peeker         = (*end)(nil)
+	_ transport.Lender         = (*end)(nil)
+	_ transport.DeadlineSharer = (*end)(nil)
 )
 
 func (e *end) Close() error {
