@@ -85,8 +85,9 @@ func commID(key string) string {
 
 // The process's communicators, for the status endpoint.
 var registry struct {
-	mu    sync.Mutex
-	comms map[*Comm]*sampled
+	mu      sync.Mutex
+	comms   map[*Comm]*sampled
+	ratesAt time.Time // the links' last sample
 }
 
 // sampled is what the sampler saw of a communicator.
@@ -123,13 +124,22 @@ func unregister(c *Comm) {
 const sampleEvery = 100 * time.Millisecond
 
 // sample notes, for every communicator, whether its call changed since the
-// last look, and every link's counters once a second.
+// last look, and every link's counters once a second: the walk over the
+// links (N per communicator, N² for N in-process ranks) runs at one tick in
+// ten, not at every tick.
 func sample(now time.Time) {
 	registry.mu.Lock()
 	defer registry.mu.Unlock()
+	rates := now.Sub(registry.ratesAt) >= time.Second-sampleEvery/2
+	if rates {
+		registry.ratesAt = now
+	}
 	for c, s := range registry.comms {
 		if e := c.prog.edges.Load(); e != s.edges {
 			s.edges, s.changed = e, now
+		}
+		if !rates {
+			continue
 		}
 		for p, l := range c.links {
 			cl, ok := l.(transport.Counted)
@@ -137,11 +147,9 @@ func sample(now time.Time) {
 				continue
 			}
 			r := &s.links[p]
-			if now.Sub(r.at[1]) >= time.Second-sampleEvery/2 {
-				sent, recvd := transport.Totals(cl.Stats())
-				r.at[0], r.sent[0], r.recvd[0] = r.at[1], r.sent[1], r.recvd[1]
-				r.at[1], r.sent[1], r.recvd[1] = now, sent, recvd
-			}
+			sent, recvd := transport.Totals(cl.Stats())
+			r.at[0], r.sent[0], r.recvd[0] = r.at[1], r.sent[1], r.recvd[1]
+			r.at[1], r.sent[1], r.recvd[1] = now, sent, recvd
 		}
 	}
 }

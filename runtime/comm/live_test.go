@@ -1,0 +1,61 @@
+package comm
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+// The sampler walks the links once a second, not at every tick: a tick in
+// between leaves the rates' samples alone, and the next second's gives the
+// bytes moved over that second.
+func TestSamplerWalksLinksOnceASecond(t *testing.T) {
+	comms, err := InitAll(2, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Destroy()
+		}
+	}()
+	// Synthetic times an hour ahead: the background sampler, at the real
+	// time, finds the last walk in its future and does not walk.
+	t0 := time.Now().Add(time.Hour)
+	t.Cleanup(func() { // the real sampler walks again
+		registry.mu.Lock()
+		registry.ratesAt = time.Time{}
+		registry.mu.Unlock()
+	})
+	sample(t0)
+	var wg sync.WaitGroup
+	for _, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := allReduce(c, 1<<16); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	sample(t0.Add(300 * time.Millisecond)) // a tick: no walk
+	registry.mu.Lock()
+	r := registry.comms[comms[0]].links[1]
+	registry.mu.Unlock()
+	if !r.at[1].Equal(t0) || !r.at[0].IsZero() {
+		t.Fatalf("a tick within the second sampled the links: %v", r.at)
+	}
+	t1 := t0.Add(time.Second)
+	sample(t1)
+	registry.mu.Lock()
+	r = registry.comms[comms[0]].links[1]
+	v := comms[0].view(registry.comms[comms[0]], t1)
+	registry.mu.Unlock()
+	if !r.at[0].Equal(t0) || !r.at[1].Equal(t1) || r.sent[1] <= r.sent[0] {
+		t.Fatalf("the second's walk: %+v", r)
+	}
+	if want := float64(r.sent[1] - r.sent[0]); v.SendBps != want {
+		t.Errorf("send rate %v B/s, want %v (the bytes of the second)", v.SendBps, want)
+	}
+}
