@@ -213,15 +213,7 @@ func TestPeerFailurePropagates(t *testing.T) {
 
 func TestBadArguments(t *testing.T) {
 	setEnv(t)
-	comms, err := InitAll(2, nil, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Destroy()
-		}
-	}()
+	comms := localComms(t, 2)
 	c := comms[0]
 	buf := make([]byte, 64)
 	p := ptr(buf)

@@ -10,15 +10,7 @@ import (
 // between leaves the rates' samples alone, and the next second's gives the
 // bytes moved over that second.
 func TestSamplerWalksLinksOnceASecond(t *testing.T) {
-	comms, err := InitAll(2, nil, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Destroy()
-		}
-	}()
+	comms := localComms(t, 2)
 	// Synthetic times an hour ahead: the background sampler, at the real
 	// time, finds the last walk in its future and does not walk.
 	t0 := time.Now().Add(time.Hour)

@@ -246,15 +246,7 @@ func TestMetricsPrometheus(t *testing.T) {
 		promState.once, promState.on = sync.Once{}, false
 		promState.mu.Unlock()
 	})
-	comms, err := InitAll(2, nil, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Destroy()
-		}
-	}()
+	comms := localComms(t, 2)
 	if !promState.on || comms[0].metrics == nil {
 		t.Fatal("endpoint off")
 	}

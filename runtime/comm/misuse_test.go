@@ -76,15 +76,7 @@ func TestCountLargerThanBuffers(t *testing.T) {
 // paired with the peers' calls in arrival order, results silently
 // swapped); sequential calls from different goroutines still work.
 func TestConcurrentCallsOnOneComm(t *testing.T) {
-	comms, err := InitAll(2, nil, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Destroy()
-		}
-	}()
+	comms := localComms(t, 2)
 	// Rank 0 enters an all-reduce that waits for rank 1, which has not
 	// called yet: a second call on rank 0's comm meanwhile must fail.
 	a, b := make([]byte, 4), make([]byte, 4)
@@ -95,7 +87,7 @@ func TestConcurrentCallsOnOneComm(t *testing.T) {
 	for !comms[0].calling.Load() {
 		runtimeGosched()
 	}
-	err = comms[0].Run(nil, Op{Coll: wire.AllReduce, Send: ptr(b), Recv: ptr(b), Count: 1, Type: kernels.Float32})
+	err := comms[0].Run(nil, Op{Coll: wire.AllReduce, Send: ptr(b), Recv: ptr(b), Count: 1, Type: kernels.Float32})
 	if err == nil || status.CodeOf(err) != status.InvalidUsage || !strings.Contains(err.Error(), "one call at a time per communicator") ||
 		!strings.Contains(err.Error(), "on rank 0") || !strings.Contains(err.Error(), "goclGroupStart") {
 		t.Fatalf("a second concurrent call on rank 0: want InvalidUsage naming the rule and the rank, got %v", err)

@@ -246,3 +246,18 @@ func readJSONLines[T any](t *testing.T, path string) []T {
 	}
 	return out
 }
+
+// localComms makes n in-process ranks (InitAll), destroyed when the test ends.
+func localComms(t *testing.T, n int) []*Comm {
+	t.Helper()
+	comms, err := InitAll(n, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, c := range comms {
+			c.Destroy()
+		}
+	})
+	return comms
+}
