@@ -168,9 +168,10 @@ type CommView struct {
 	InCall    bool       `json:"in_call"`
 	Current   *CallView  `json:"current,omitempty"`
 	Last      *CallView  `json:"last,omitempty"`
-	Waiting   *WaitView  `json:"waiting,omitempty"` // the longest wait of its links now
-	Links     []LinkView `json:"links"`
-	SendBps   float64    `json:"send_Bps"` // all links, over the last second
+	Waiting   *WaitView  `json:"waiting,omitempty"`    // the longest wait of its links now
+	Links     []LinkView `json:"links"`                // every link, or above statusAllLinks ranks the busy ones
+	IdleLinks int        `json:"idle_links,omitempty"` // links left out of Links: no bytes in the last second, nobody waiting
+	SendBps   float64    `json:"send_Bps"`             // all links, over the last second
 	RecvBps   float64    `json:"recv_Bps"`
 	Error     string     `json:"error,omitempty"`
 	Timeout   float64    `json:"timeout_s"`
@@ -222,6 +223,13 @@ func snapshot(id string) ProcessView {
 	return pv
 }
 
+// statusAllLinks is the most ranks whose views list every link. A larger
+// communicator's view lists the links that moved bytes in the last second
+// or are waited on and counts the rest, so a view grows with the links in
+// use (a ring's 2), not with N, and rank 0's gather of every rank's view
+// with N, not N².
+const statusAllLinks = 64
+
 // view is c's part of a snapshot; s is what the sampler saw of it.
 func (c *Comm) view(s *sampled, now time.Time) CommView {
 	edges := c.prog.edges.Load()
@@ -264,6 +272,10 @@ func (c *Comm) view(s *sampled, now time.Time) CommView {
 		}
 		v.SendBps += lv.SendBps
 		v.RecvBps += lv.RecvBps
+		if c.nranks > statusAllLinks && lv.SendBps == 0 && lv.RecvBps == 0 && lv.Waiting == nil {
+			v.IdleLinks++
+			continue
+		}
 		v.Links = append(v.Links, lv)
 	}
 	return v

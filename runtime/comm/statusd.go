@@ -269,14 +269,23 @@ func serveStatus(req bootstrap.Request) any {
 	return reply
 }
 
-// gather asks every rank of c for its view, at once; rank 0's is its own.
+// statusAsks bounds the ranks gather asks at once (the connections and
+// goroutines it holds, whatever N); ranks that do not answer cost
+// statusAskWait per statusAsks of them.
+const statusAsks = 256
+
+// gather asks every rank of c for its view, statusAsks at a time; rank 0's
+// is its own.
 func (c *Comm) gather() []CommView {
 	out := make([]CommView, c.nranks)
 	var wg sync.WaitGroup
+	slots := make(chan struct{}, statusAsks)
 	for p := range c.nranks {
 		wg.Add(1)
+		slots <- struct{}{}
 		go func() {
 			defer wg.Done()
+			defer func() { <-slots }()
 			defer func() { recover() }()
 			if p == c.rank {
 				out[p] = c.ownView()
