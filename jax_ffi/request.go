@@ -46,19 +46,16 @@ func (r *request) check(c *comm.Comm) error {
 			return bad("input has %d elements: it must split into world size %d equal blocks, and the result must match", r.nsend, n)
 		}
 	}
-	switch wire.Coll(r.kind) {
-	case wire.AllReduce, wire.Broadcast:
-		if wire.Coll(r.kind) == wire.Broadcast && (r.root < 0 || r.root >= n) {
-			return bad("root %d is not a rank of this world of %d: pass root in [0, %d]", r.root, n, n-1)
-		}
-		if wire.Coll(r.kind) == wire.AllReduce && (r.op < 0 || r.op >= int(kernels.NumOps)) {
-			return bad("op %d is not a gocl reduction (sum 0, prod 1, max 2, min 3, avg 4)", r.op)
-		}
-	case wire.AllGather, wire.AlltoAll: // their sizes are all they have to check
-	case wire.ReduceScatter:
-		if r.op < 0 || r.op >= int(kernels.NumOps) {
-			return bad("op %d is not a gocl reduction (sum 0, prod 1, max 2, min 3, avg 4)", r.op)
-		}
+	coll := wire.Coll(r.kind)
+	d := coll.Desc()
+	if d.Rooted && (r.root < 0 || r.root >= n) {
+		return bad("root %d is not a rank of this world of %d: pass root in [0, %d]", r.root, n, n-1)
+	}
+	if d.Reduces && (r.op < 0 || r.op >= int(kernels.NumOps)) {
+		return bad("op %d is not a gocl reduction (sum 0, prod 1, max 2, min 3, avg 4)", r.op)
+	}
+	switch coll {
+	case wire.AllReduce, wire.Broadcast, wire.AllGather, wire.AlltoAll, wire.ReduceScatter: // checked above
 	case wire.SendRecv:
 		if len(r.perm)%2 != 0 {
 			return bad("perm has %d numbers: it must be (source, destination) pairs", len(r.perm))
@@ -80,16 +77,17 @@ func (r *request) check(c *comm.Comm) error {
 	return nil
 }
 
-// count is the count argument of r's call on n ranks, from its buffers
-// (ppermute: of its send and of its receive).
+// count is the count argument of r's call on n ranks, from its buffers and
+// the size rules (ppermute: of its send and of its receive).
 func (r *request) count(n int) int {
-	switch wire.Coll(r.kind) {
-	case wire.ReduceScatter:
+	d := wire.Coll(r.kind).Desc()
+	switch {
+	case d.Send == wire.Count:
+		return r.nsend
+	case d.Recv == wire.Count:
 		return r.nrecv
-	case wire.AlltoAll:
-		return r.nsend / n
 	}
-	return r.nsend
+	return r.nsend / n
 }
 
 // sized says whether r's buffers have the sizes comm.Elems, the size rules,
@@ -106,13 +104,15 @@ func (r *request) sized(n int) bool {
 // run executes r on c (the lane's goroutine).
 func (r *request) run(c *comm.Comm) error {
 	t := kernels.DataType(r.dtype)
-	switch coll := wire.Coll(r.kind); coll {
-	case wire.AllReduce, wire.Broadcast, wire.AllGather:
-		return c.Run(nil, comm.Op{Coll: coll, Send: r.send, Recv: r.recv, Count: r.nsend, Type: t, RedOp: int32(r.op), Root: r.root})
-	case wire.ReduceScatter:
-		return c.Run(nil, comm.Op{Coll: coll, Send: r.send, Recv: r.recv, Count: r.nrecv, Type: t, RedOp: int32(r.op)})
-	case wire.AlltoAll:
-		return c.Run(nil, comm.Op{Coll: coll, Send: r.send, Recv: r.recv, Count: r.nsend / c.NRanks(), Type: t})
+	if coll := wire.Coll(r.kind); coll != wire.SendRecv {
+		op := comm.Op{Coll: coll, Send: r.send, Recv: r.recv, Count: r.count(c.NRanks()), Type: t}
+		if d := coll.Desc(); d.Reduces {
+			op.RedOp = int32(r.op)
+		}
+		if coll.Desc().Rooted {
+			op.Root = r.root
+		}
+		return c.Run(nil, op)
 	}
 	// ppermute: send to every destination of ours, receive from our source;
 	// nobody sending to us leaves zeros, as jax.lax.ppermute does.

@@ -147,12 +147,11 @@ func (f *flightRecorder) records(reason string) []traceRecord {
 			}
 		} else {
 			r.Op, r.Algorithm = e.hdr.Coll.String(), e.choice.String()
-			switch e.hdr.Coll {
-			case wire.AllReduce, wire.Reduce, wire.ReduceScatter:
+			d := e.hdr.Coll.Desc()
+			if d.Reduces {
 				r.RedOp = wire.OpName(e.hdr.Op)
 			}
-			switch e.hdr.Coll {
-			case wire.Broadcast, wire.Reduce, wire.Gather, wire.Scatter:
+			if d.Rooted {
 				root := int(e.hdr.Root)
 				r.Root = &root
 			}

@@ -149,7 +149,7 @@ func newMetricsRecorder(c *Comm) *metricsRecorder {
 		}
 	}
 	for coll := range m.busFactorColl {
-		m.busFactorColl[coll] = busFactor(wire.Coll(coll), c.nranks)
+		m.busFactorColl[coll] = wire.Coll(coll).Desc().BusFactor(c.nranks)
 	}
 	m.head = []byte(`{"header":{"id":` + str(m.comm) + `,"rank":` + strconv.Itoa(c.rank) + `,"n_ranks":` + strconv.Itoa(c.nranks) +
 		`,"nnodes":` + strconv.Itoa(c.nnodes) + `},"metadata":{"inspector_output_format_version":"v4.0","git_rev":` +
@@ -160,17 +160,6 @@ func newMetricsRecorder(c *Comm) *metricsRecorder {
 	}
 	go m.run()
 	return m
-}
-
-// busFactor is nccl-tests' bus bandwidth factor (bench/perf_common.h).
-func busFactor(coll wire.Coll, n int) float64 {
-	switch coll {
-	case wire.AllReduce:
-		return 2 * float64(n-1) / float64(n)
-	case wire.AllGather, wire.ReduceScatter, wire.AlltoAll, wire.Gather, wire.Scatter:
-		return float64(n-1) / float64(n)
-	}
-	return 1
 }
 
 // add hands a completed call to the writer; it never waits for it.

@@ -202,7 +202,7 @@ func TestMetricsOffDropsAndPanics(t *testing.T) {
 		stop: make(chan struct{}), done: make(chan struct{}),
 		head: []byte(`{"header":{"id":"x","rank":3,"n_ranks":4,"nnodes":1},"metadata":{"dump_timestamp_us":`), tail: []byte(`},`)}
 	for coll := range m.busFactorColl {
-		m.busFactorColl[coll] = busFactor(wire.Coll(coll), 4)
+		m.busFactorColl[coll] = wire.Coll(coll).Desc().BusFactor(4)
 	}
 	h := wire.Header{Coll: wire.AllReduce, Seq: 7, Count: 2, Dtype: uint8(kernels.Float64)}
 	for range 5 {

@@ -36,27 +36,15 @@ const maxBytes = 1 << 46
 // SendRecv is). Buffers a rank does not touch (root-only ones elsewhere) are
 // counted too. Unknown collectives need nothing.
 func Elems(coll wire.Coll, count, nranks int, isSend bool) (send, recv int) {
-	n := nranks
-	switch coll {
-	case wire.AllReduce, wire.Broadcast, wire.Reduce:
-		return count, count
-	case wire.AllGather:
-		return count, n * count
-	case wire.ReduceScatter:
-		return n * count, count
-	case wire.AlltoAll:
-		return n * count, n * count
-	case wire.Gather:
-		return count, n * count
-	case wire.Scatter:
-		return n * count, count
-	case wire.SendRecv:
+	d := coll.Desc()
+	send, recv = d.Send.Elems(count, nranks), d.Recv.Elems(count, nranks)
+	if coll == wire.SendRecv { // one side of it
 		if isSend {
-			return count, 0
+			return send, 0
 		}
-		return 0, count
+		return 0, recv
 	}
-	return 0, 0
+	return send, recv
 }
 
 // sizes returns the bytes of the send and recv buffers of op on this comm.
@@ -90,26 +78,18 @@ func (c *Comm) prepare(op *Op) error {
 	if hi, lo := bits.Mul64(uint64(op.Count), uint64(op.Type.Size()*c.nranks)); op.Count < 0 || hi != 0 || lo > maxBytes {
 		return bad("count %d overflows (count × %d bytes × %d ranks must stay below 2^46 bytes)", uint64(op.Count), op.Type.Size(), c.nranks)
 	}
-	switch op.Coll {
-	case wire.Broadcast, wire.Reduce, wire.Gather, wire.Scatter:
-		if op.Root < 0 || op.Root >= c.nranks {
-			return bad("root %d is out of range: pass a rank in [0, %d]", op.Root, c.nranks-1)
-		}
-	case wire.SendRecv:
-		if op.Peer < 0 || op.Peer >= c.nranks {
-			return bad("peer %d is out of range: pass a rank in [0, %d]", op.Peer, c.nranks-1)
-		}
+	d := op.Coll.Desc()
+	if d.Rooted && (op.Root < 0 || op.Root >= c.nranks) {
+		return bad("root %d is out of range: pass a rank in [0, %d]", op.Root, c.nranks-1)
+	}
+	if op.Coll == wire.SendRecv && (op.Peer < 0 || op.Peer >= c.nranks) {
+		return bad("peer %d is out of range: pass a rank in [0, %d]", op.Peer, c.nranks-1)
 	}
 	sb, rb := c.sizes(op)
 	// Which buffers this rank reads and writes (root-only buffers elsewhere
 	// may be NULL, as in NCCL).
-	needSend, needRecv := sb > 0, rb > 0
-	switch op.Coll {
-	case wire.Broadcast, wire.Scatter:
-		needSend = needSend && c.rank == op.Root
-	case wire.Reduce, wire.Gather:
-		needRecv = needRecv && c.rank == op.Root
-	}
+	needSend := sb > 0 && (!d.RootSends || c.rank == op.Root)
+	needRecv := rb > 0 && (!d.RootRecvs || c.rank == op.Root)
 	if needSend && op.Send == nil {
 		return bad("sendbuff is NULL but count is %d", op.Count)
 	}
@@ -125,8 +105,7 @@ func (c *Comm) prepare(op *Op) error {
 	if op.Coll == wire.AlltoAll && op.Count > 0 && op.Send == op.Recv {
 		return bad("sendbuff and recvbuff are the same buffer: alltoall cannot run in place, pass a separate recvbuff")
 	}
-	switch op.Coll {
-	case wire.AllReduce, wire.Reduce, wire.ReduceScatter:
+	if d.Reduces {
 		red, err := c.reducer(op.Type, op.RedOp)
 		if err != nil {
 			return bad("%v", err)

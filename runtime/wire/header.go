@@ -33,30 +33,6 @@ const (
 // MaxAbortReason bounds an abort frame's payload.
 const MaxAbortReason = 4096
 
-// Coll names the operation a frame belongs to.
-type Coll uint8
-
-const (
-	AllReduce Coll = iota + 1
-	Broadcast
-	Reduce
-	AllGather
-	ReduceScatter
-	AlltoAll
-	Gather
-	Scatter
-	SendRecv
-)
-
-var collNames = [...]string{"?", "allreduce", "broadcast", "reduce", "allgather", "reducescatter", "alltoall", "gather", "scatter", "send/recv"}
-
-func (c Coll) String() string {
-	if int(c) < len(collNames) {
-		return collNames[c]
-	}
-	return fmt.Sprintf("coll(%d)", c)
-}
-
 // Header describes one frame. Call fields (Kind..Count) must match between
 // sender and receiver; Step and Len describe the frame itself.
 type Header struct {
@@ -126,12 +102,10 @@ func (h *Header) Describe() string {
 		return fmt.Sprintf("send/recv #%d (count %d, %s)", h.Seq, h.Count, DtypeName(h.Dtype))
 	}
 	s := fmt.Sprintf("%s #%d (count %d, %s", h.Coll, h.Seq, h.Count, DtypeName(h.Dtype))
-	switch h.Coll {
-	case AllReduce, Reduce, ReduceScatter:
+	if d := h.Coll.Desc(); d.Reduces {
 		s += ", " + OpName(h.Op)
 	}
-	switch h.Coll {
-	case Broadcast, Reduce, Gather, Scatter:
+	if h.Coll.Desc().Rooted {
 		s += fmt.Sprintf(", root %d", h.Root)
 	}
 	return s + ")"
