@@ -34,8 +34,8 @@ func dial(addr string, secret []byte, deadline time.Time, patient bool) (net.Con
 				return nil, status.Errorf(status.RemoteError, "handshake with %s failed: %v (is it the same communicator?)", addr, err)
 			}
 		}
-		if !(!patient && errors.Is(err, syscall.ECONNREFUSED)) && !errors.Is(err, errTurnedAway) ||
-			!deadline.IsZero() && time.Now().Add(backoff).After(deadline) {
+		again := errors.Is(err, errTurnedAway) || !patient && errors.Is(err, syscall.ECONNREFUSED)
+		if !again || !deadline.IsZero() && time.Now().Add(backoff).After(deadline) {
 			return nil, status.Errorf(status.RemoteError, "cannot connect to %s: %v", addr, err)
 		}
 		time.Sleep(backoff/2 + rand.N(backoff/2+1))
