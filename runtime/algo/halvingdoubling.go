@@ -23,7 +23,21 @@ func (s blocks) elems(b0, b1 int) (int, int) {
 // partials of the blocks still being halved (it may be in, or out with base
 // 0). comb reduces partials.
 func hdReduceScatter(c *Ctx, p *prims, comb *kernels.Reducer, seg blocks, in, acc, out []byte, base int) error {
-	n, r := c.N, c.Rank
+	return hdReduceScatterOn(c, p, comb, seg, hdGroup{n: c.N, r: c.Rank, rank: func(v int) int { return v }}, false, in, acc, out, base)
+}
+
+// hdGroup is the power-of-two group recursive halving runs on: n members,
+// this rank is member r, member v is rank rank(v) (the identity, or the
+// ranks left after folding: ReduceScatterHalvingDoubling).
+type hdGroup struct {
+	n, r int
+	rank func(v int) int
+}
+
+// hdReduceScatterOn is hdReduceScatter on g; partial says in is a partial
+// result already (a folded pair's), to be combined, not an input to prepare.
+func hdReduceScatterOn(c *Ctx, p *prims, comb *kernels.Reducer, seg blocks, g hdGroup, partial bool, in, acc, out []byte, base int) error {
+	n, r := g.n, g.r
 	blo, bhi := 0, n
 	step := 0
 	for mask := n / 2; mask >= 1; mask /= 2 {
@@ -34,7 +48,7 @@ func hdReduceScatter(c *Ctx, p *prims, comb *kernels.Reducer, seg blocks, in, ac
 		}
 		sl, sh := seg.elems(send0, send0+half)
 		kl, kh := seg.elems(keep0, keep0+half)
-		partner, first, last := r^mask, mask == n/2, mask == 1
+		partner, first, last := g.rank(r^mask), mask == n/2 && !partial, mask == 1
 		nsub := c.chunks(max(sh-sl, kh-kl))
 		for j := 0; j < nsub; j++ {
 			var err error

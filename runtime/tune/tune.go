@@ -134,8 +134,8 @@ func (p *Plan) Pick(coll wire.Coll, bytes int) Choice {
 // allowed reports whether a may run coll on this communicator.
 func (p *Plan) allowed(coll wire.Coll, a Algo, bytes int) bool {
 	switch a {
-	case HalvingDoubling: // at other n allgather has Bruck's
-		return p.n&(p.n-1) == 0 || coll == wire.AllGather
+	case HalvingDoubling: // at other n allgather has Bruck's, reduce-scatter folds first; allreduce needs 2^k
+		return p.n&(p.n-1) == 0 || coll == wire.AllGather || coll == wire.ReduceScatter
 	case Hier:
 		return p.hosts.hier() && (bytes > p.DirectMax || p.Algos.only(coll, int(Hier)))
 	case Direct:
@@ -149,11 +149,12 @@ func (p *Plan) allowed(coll wire.Coll, a Algo, bytes int) bool {
 }
 
 // unmeasured: a choice the model is not trusted with unless GOCL_ALGO asks
-// for it alone. Bruck's allgather (halving-doubling at n not a power of two)
-// on a crowded host, where each of its rounds waits for a wake-up: on 24
-// processes on 2 cores the one-shot measured faster at 1.5-12 KiB and the
-// ring as fast at 768 KiB, where the model, fitted on all-reduce, says Bruck
-// (bench/SCALE.md, "Bruck's allgather").
+// for it alone. Halving-doubling at n not a power of two (Bruck's
+// allgather, the folded reduce-scatter) on a crowded host, where each of
+// its rounds waits for a wake-up: on 24 processes on 2 cores the one-shot
+// measured faster than Bruck at 1.5-12 KiB and the ring as fast at 768 KiB,
+// where the model, fitted on all-reduce, says Bruck (bench/SCALE.md,
+// "Bruck's allgather").
 func (p *Plan) unmeasured(coll wire.Coll, a Algo) bool {
 	return a == HalvingDoubling && p.n&(p.n-1) != 0 && p.crowd > 1 && !p.Algos.only(coll, int(a))
 }
@@ -301,6 +302,12 @@ func (p *Plan) estimate(coll wire.Coll, a Algo, pr Proto, bytes int, share float
 		case Direct:
 			return (n-1)*move(S/n) + r
 		case HalvingDoubling:
+			if coll == wire.ReduceScatter && p.n&(p.n-1) != 0 {
+				// folded pairs first (algo.ReduceScatterHalvingDoubling): a step each
+				// way more, the whole buffer in and a block back, halving on pof2
+				pof2 := float64(uint(1) << (bits.Len(uint(p.n)) - 1))
+				return (math.Log2(pof2)+2)*c.Alpha + move(S) + move((pof2-1)/pof2*S) + move(S/n) + red(S) + r
+			}
 			return lg*c.Alpha + move((n-1)/n*S) + r
 		}
 	}
