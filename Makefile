@@ -164,6 +164,10 @@ GO_NVML_QUIET := CGO_CFLAGS="$${CGO_CFLAGS:--O2 -g} -Wno-deprecated-declarations
 test-go: fuzz-short
 	$(GO_NVML_QUIET) $(GO) vet ./...
 	$(GO_NVML_QUIET) $(GO) test -count=1 ./...
+	# The communicator's collectives, failures, shrinks, grows and views again
+	# with every pair connected on first use (-short: the smaller matrices).
+	GOCL_RUNTIME_CONNECT=1 $(GO_NVML_QUIET) $(GO) test -count=1 -short -run '$(LAZY_TESTS)' ./runtime/comm
+LAZY_TESTS := Collectives|Timeout|Mismatched|Abort|PeerFailure|Process|RecvAny|Shrink|Review|Revoke|Grow|Split|Views|Trace|Stream
 
 # Each Go fuzz target briefly (make test); make fuzz runs them for FUZZTIME.
 # The short run counts executions, not seconds: go1.26's coordinator can fail
@@ -333,7 +337,7 @@ bench-heartbeat: venv
 
 # bench/scale.py (bench/SCALE.md): gocl's costs as ranks grow, gloo beside.
 bench-scale: venv
-	$(PY) bench/scale.py --procs 8,16,32,64,128 --inproc 64,256,1024 --markdown
+	$(PY) bench/scale.py --procs 8,16,32,64,128 --inproc 64,256,1024 --lazy --markdown
 
 # bench/jax_stress.py: psum_scatter on a 2x2 mesh over gocl's MPI ABI and over
 # JAX's gloo, each result checked, wrong ones counted (bench/JAX_STRESS.md).

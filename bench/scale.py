@@ -60,7 +60,7 @@ def worker(backend: str, out_dir: str) -> None:
     if backend == "gloo":
         import torch
         import torch.distributed as dist
-    else:
+    else:  # gocl, or gocl-lazy: GOCL_RUNTIME_CONNECT=1 (run_procs sets it)
         import gocl
     while time.time() < start:
         time.sleep(0.005)
@@ -111,6 +111,7 @@ def worker(backend: str, out_dir: str) -> None:
 def run_procs(backend: str, n: int) -> dict | None:
     with tempfile.TemporaryDirectory() as d:
         env = dict(os.environ, SCALE_START_AT=str(time.time() + 3 + 0.08 * n), PYTHONUNBUFFERED="1")
+        env["GOCL_RUNTIME_CONNECT"] = "1" if backend == "gocl-lazy" else "0"
         env.pop("GOCL_DEBUG", None)
         gocl_bin = os.path.join(os.path.dirname(sys.executable), "gocl")
         cmd = [gocl_bin, "run", "-n", str(n), "--", sys.executable, os.path.abspath(__file__), "--worker", backend, d]
@@ -128,7 +129,7 @@ def run_procs(backend: str, n: int) -> dict | None:
     return agg
 
 
-def run_inproc(n: int) -> dict:
+def run_inproc(n: int, lazy: bool) -> dict:
     code = f"""
 import time, resource, gocl
 def rss():
@@ -143,7 +144,8 @@ for c in cs:
     c.destroy()
 print(dt, r1 - r0)
 """
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
+    env = dict(os.environ, GOCL_RUNTIME_CONNECT="1" if lazy else "0")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, env=env)
     if p.returncode != 0:
         return {"error": (p.stdout + p.stderr).strip().splitlines()[-1:]}
     dt, mem = p.stdout.split()[-2:]
@@ -155,6 +157,7 @@ def main() -> None:
     ap.add_argument("--procs", default="8,16,32,64", help="process counts (comma list)")
     ap.add_argument("--inproc", default="64,256,1024", help="in-process rank counts (comma list; empty: none)")
     ap.add_argument("--no-gloo", action="store_true", help="skip torch's gloo")
+    ap.add_argument("--lazy", action="store_true", help="also gocl connecting on first use (GOCL_RUNTIME_CONNECT=1): gocl-lazy")
     ap.add_argument("--gloo-max", type=int, default=64, help="largest N for gloo (a torch process holds ~150 MiB of its own)")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
@@ -164,7 +167,7 @@ def main() -> None:
         return
     cpus = len(os.sched_getaffinity(0))
     print(f"# bench/scale.py, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {cpus} CPUs", flush=True)
-    backends = ["gocl"] + ([] if args.no_gloo else ["gloo"])
+    backends = ["gocl"] + (["gocl-lazy"] if args.lazy else []) + ([] if args.no_gloo else ["gloo"])
     hdr = ["N", "ranks/core", "backend", "init s", "first ms", "8B us", "1MiB ms", "fds", "threads", "RSS MiB", "shm MiB", "shm all GiB"]
     rows = []
     for n in [int(x) for x in args.procs.split(",") if x]:
@@ -184,15 +187,17 @@ def main() -> None:
             print("| " + " | ".join(str(v) for v in r) + " |")
     inproc = [int(x) for x in args.inproc.split(",") if x]
     if inproc:
-        print("\nin-process (Communicator.local(N)):" if not args.markdown else "\n| in-process N | init s | RSS growth MiB |\n|---:|---:|---:|")
+        print("\nin-process (Communicator.local(N)):" if not args.markdown else "\n| in-process N | connect | init s | RSS growth MiB |\n|---:|---:|---:|---:|")
         for n in inproc:
-            r = run_inproc(n)
-            if "error" in r:
-                print(f"  N={n}: failed: {r['error']}")
-            elif args.markdown:
-                print(f"| {n} | {r['init']:.2f} | {r['rss']:.0f} |", flush=True)
-            else:
-                print(f"  N={n}: init {r['init']:.2f} s, RSS +{r['rss']:.0f} MiB", flush=True)
+            for lazy in [False, True] if args.lazy else [False]:
+                r = run_inproc(n, lazy)
+                how = "on first use" if lazy else "at init"
+                if "error" in r:
+                    print(f"  N={n} ({how}): failed: {r['error']}")
+                elif args.markdown:
+                    print(f"| {n} | {how} | {r['init']:.2f} | {r['rss']:.0f} |", flush=True)
+                else:
+                    print(f"  N={n} ({how}): init {r['init']:.2f} s, RSS +{r['rss']:.0f} MiB", flush=True)
 
 
 if __name__ == "__main__":

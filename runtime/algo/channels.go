@@ -25,16 +25,15 @@ func (c *Ctx) nchannels(bytes int) int {
 	return max(1, min(len(links), max(lo, bytes/(c.N*max(c.Chunk, 1)))))
 }
 
-// channel is the context of channel i: the same call over the i-th FIFO of
-// every link.
+// channel is the context of channel i of the ring: the same call over the
+// i-th FIFO of the links to the ring's neighbours (only those: links to
+// other ranks may be in the making, on first use, by another goroutine).
 func (c *Ctx) channel(i int) *Ctx {
 	cc := *c
 	cc.Links = make([]transport.Link, len(c.Links))
-	for p, l := range c.Links {
-		if l != nil {
-			links, _ := l.(transport.Channeled).Channels()
-			cc.Links[p] = links[i]
-		}
+	for _, p := range []int{c.next(), c.prev()} {
+		links, _ := c.Links[p].(transport.Channeled).Channels()
+		cc.Links[p] = links[i]
 	}
 	return &cc
 }

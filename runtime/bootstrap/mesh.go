@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -170,4 +171,53 @@ func greet(c net.Conn, secret []byte, by time.Time, done <-chan struct{}) (peer,
 		return 0, 0, err
 	}
 	return int(binary.LittleEndian.Uint32(hello[0:])), int(binary.LittleEndian.Uint32(hello[4:])), nil
+}
+
+// AskLink is the request by which a rank hands its peer one of their
+// link's TCP connections when the pair connects on first use
+// (GOCL_RUNTIME_CONNECT): Mesh's hello, over the listener that answers
+// probes, which then hands the connection over (Takeover).
+const AskLink = "link"
+
+// LinkHello names a connection made on first use: the dialing rank and the
+// connection's index among the pair's.
+type LinkHello struct {
+	Rank  int `json:"rank"`
+	Index int `json:"index"`
+}
+
+// ErrCrossed is DialLink's answer when the peer turned the connection
+// away because the pair is being connected the other way: the peer is the
+// higher rank and dials this one at the same time (or has done so).
+var ErrCrossed = errors.New("the pair is being connected from the other end")
+
+// LinkReply answers AskLink.
+type LinkReply struct {
+	Err     string `json:"err,omitempty"`
+	Crossed bool   `json:"crossed,omitempty"` // ErrCrossed
+}
+
+// DialLink opens connection idx of self's link to the rank listening at
+// addr: authenticated, announced with AskLink, and plain TCP once the
+// listener has taken it. A refusal is ErrCrossed or an error naming why.
+func DialLink(addr string, secret []byte, deadline time.Time, self, idx int) (net.Conn, error) {
+	s, err := Dial(addr, secret, deadline)
+	if err != nil {
+		return nil, err
+	}
+	var reply LinkReply
+	if err := s.Ask(deadline, NewRequest(AskLink, LinkHello{Rank: self, Index: idx}), &reply); err != nil {
+		s.Close()
+		return nil, err
+	}
+	switch {
+	case reply.Crossed:
+		s.Close()
+		return nil, ErrCrossed
+	case reply.Err != "":
+		s.Close()
+		return nil, errors.New(reply.Err)
+	}
+	s.c.SetDeadline(time.Time{})
+	return s.c, nil
 }

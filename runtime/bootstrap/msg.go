@@ -79,6 +79,9 @@ type PeerInfo struct {
 	// each other's segments.
 	NoP2P bool   `json:"nop2p,omitempty"`
 	Shm   string `json:"shm,omitempty"`
+	// Lazy: the rank connects its pairs on first use (GOCL_RUNTIME_CONNECT);
+	// every rank must alike.
+	Lazy bool `json:"lazy,omitempty"`
 }
 
 // rootReply is the root's answer: every rank joined, and where this rank's

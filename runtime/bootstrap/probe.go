@@ -78,6 +78,9 @@ func serve(ln net.Listener, self int, secret []byte, handle func(Request) any, s
 		open[c] = true
 		mu.Unlock()
 		defer func() {
+			if c == nil {
+				return // handed over
+			}
 			mu.Lock()
 			delete(open, c)
 			mu.Unlock()
@@ -113,14 +116,33 @@ func serve(ln net.Listener, self int, secret []byte, handle func(Request) any, s
 			return
 		}
 		// A sealed connection may carry more requests (a Session): answer
-		// each until the asker closes it.
+		// each until the asker closes it, or hand it over.
 		for err == nil {
-			if err = s.write(c, handle(req)); err == nil {
+			ans := handle(req)
+			if t, ok := ans.(Takeover); ok {
+				if err = s.write(c, t.Reply); err == nil {
+					mu.Lock()
+					delete(open, c)
+					mu.Unlock()
+					t.Take(c)
+					c = nil // the deferred close must not close it now
+				}
+				return
+			}
+			if err = s.write(c, ans); err == nil {
 				req = Request{}
 				err = s.read(c, &req)
 			}
 		}
 	})
+}
+
+// Takeover is a handler's answer that ends the request loop: Serve writes
+// Reply, then hands the connection to Take, which owns it from then on
+// (a link's connection made on first use: DialLink).
+type Takeover struct {
+	Reply any
+	Take  func(net.Conn)
 }
 
 // Ask sends req to the rank serving at addr and reads its answer into

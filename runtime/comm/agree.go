@@ -55,6 +55,8 @@ func (c *Comm) serve(req bootstrap.Request) any {
 		return listenerReply{}
 	case askGone:
 		return c.receiveGone(req.Body)
+	case bootstrap.AskLink:
+		return c.takeLink(req.Body)
 	}
 	return listenerReply{Err: fmt.Sprintf("rank %d: unknown request %q (a gocl of another version?)", c.rank, req.Kind)}
 }

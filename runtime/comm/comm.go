@@ -40,13 +40,23 @@ type Comm struct {
 	hosts                 [][]int         // ranks of each host (hosts.go); nil when hosts differ in size
 	device                int
 	peers                 []bootstrap.PeerInfo
-	links                 []transport.Link
+	links                 []transport.Link // nil where not connected (yet: lazy); written under linkMu after init
 	key                   string
 	plan                  *tune.Plan // nil until init's exchange: every call is direct
 	chunk                 int
 	timeout               time.Duration      // bound on every wait for a peer; 0: none
 	deadline              transport.Deadline // the running call's, shared with the links that take it
 	eager                 []transport.Link   // links that are not transport.DeadlineSharers: SetDeadline at every call
+
+	// Connect on first use (lazy.go): the calls' shapes whose peers are
+	// connected, the connections higher ranks made for pairs not yet
+	// connected, and the channel counts agreed at init for the links to be.
+	lazy         bool
+	ready        map[lazyKey]bool // the call's goroutine's alone
+	in           inbox
+	linkMu       sync.Mutex  // links written after init (adopt), pairs, chHave, chLo
+	pairs        []pairState // by peer, when lazy
+	chHave, chLo int
 
 	opMu    sync.Mutex  // one operation at a time; held for the whole call
 	calling atomic.Bool // a thread is in a blocking call on the comm (claim)
@@ -254,11 +264,20 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 	if err != nil {
 		return nil, err
 	}
+	for _, p := range peers {
+		if p.Lazy != me.Lazy {
+			return nil, status.Errorf(status.InvalidUsage, "rank %d runs with GOCL_RUNTIME_CONNECT=%d and rank %d with GOCL_RUNTIME_CONNECT=%d: ranks connect on first use only when every rank sets it alike; set GOCL_RUNTIME_CONNECT the same on every rank",
+				p.Rank, b2i(p.Lazy), rank, b2i(me.Lazy))
+		}
+	}
 	c := &Comm{rank: rank, nranks: nranks, device: device, peers: peers, key: id.Key(),
 		chunk: config.IntOr("BUFFSIZE", 1<<20), timeout: timeout,
 		links: make([]transport.Link, nranks), sendSeq: make([]uint64, nranks), recvSeq: make([]uint64, nranks),
-		redops: map[int32]preMulSum{}, nextOp: 5, ln: ln, secret: id.Secret()}
+		redops: map[int32]preMulSum{}, nextOp: 5, ln: ln, secret: id.Secret(), lazy: me.Lazy}
 	c.ifc = ifc
+	if c.lazy {
+		c.pairs = make([]pairState, nranks)
+	}
 	c.prog.waitsOn.Store(-1)
 	c.cond = sync.NewCond(&c.stateMu)
 	c.topology()
@@ -382,11 +401,54 @@ func (c *Comm) fail(err error) {
 	if first {
 		c.flight.dump(err)
 	}
+	for _, l := range c.linkList() {
+		l.Abort(reason)
+	}
+}
+
+// linkList is the links this rank has, safe off the call's goroutine.
+func (c *Comm) linkList() []transport.Link {
+	c.linkMu.Lock()
+	defer c.linkMu.Unlock()
+	out := make([]transport.Link, 0, len(c.links))
 	for _, l := range c.links {
 		if l != nil {
-			l.Abort(reason)
+			out = append(out, l)
 		}
 	}
+	return out
+}
+
+// linksNow is a copy of links by peer, safe off the call's goroutine.
+func (c *Comm) linksNow() []transport.Link {
+	c.linkMu.Lock()
+	defer c.linkMu.Unlock()
+	return append([]transport.Link(nil), c.links...)
+}
+
+// linkNames is each peer's transport: its link's, or for a pair not
+// connected yet the one it will most likely get. Safe off the call's
+// goroutine.
+func (c *Comm) linkNames() []string {
+	c.linkMu.Lock()
+	defer c.linkMu.Unlock()
+	out := make([]string, c.nranks)
+	for p, l := range c.links {
+		switch {
+		case l != nil:
+			out[p] = l.Name()
+		case p != c.rank && c.lazy:
+			out[p] = c.candidatesTo(p)[0].name
+		}
+	}
+	return out
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // AsyncError is the error that broke the communicator, if any.
@@ -486,13 +548,12 @@ func (c *Comm) release() {
 	c.freed = true
 	c.unusable.Store(true)
 	c.stateMu.Unlock()
-	for _, l := range c.links {
-		if l != nil {
-			l.Close()
-		}
+	for _, l := range c.linkList() {
+		l.Close()
 	}
 	if c.ln != nil {
 		c.ln.Close()
 	}
+	c.in.close()
 	inproc.Forget(c.key)
 }

@@ -97,11 +97,15 @@ func candidates(a, b *bootstrap.PeerInfo) []*connector {
 // offer fills in what this rank publishes for connection choices.
 func offer(me *bootstrap.PeerInfo) {
 	me.NoP2P = config.Bool("P2P_DISABLE")
+	me.Lazy = config.Bool("RUNTIME_CONNECT")
 	if !config.Bool("SHM_DISABLE") {
 		me.Shm = shmDomain()
 	}
 	if testShmDomain != nil {
 		me.Shm = testShmDomain(me.Rank, me.Shm)
+	}
+	if testOffer != nil {
+		me.Lazy = testOffer(me.Rank, me.Lazy)
 	}
 	fakeHost(me)
 }
@@ -109,6 +113,9 @@ func offer(me *bootstrap.PeerInfo) {
 // testShmDomain lets tests change a rank's published shm domain, to force
 // some pairs of one host onto sockets.
 var testShmDomain func(rank int, domain string) string
+
+// testOffer lets tests change whether a rank connects on first use.
+var testOffer func(rank int, lazy bool) bool
 
 // hostID tells machines apart: ranks with the same hostID share a host (a
 // node, for topology). The network namespace is part of it: containers or
@@ -144,47 +151,21 @@ func shmDomain() string {
 // connect builds every link of c: the TCP mesh for the pairs whose
 // transports need it, then each pair's link, falling back along the
 // candidates when a transport finds at connect time that it cannot serve.
+// A communicator that connects on first use (lazy.go) builds none here.
 func (c *Comm) connect(ln net.Listener, secret []byte, deadline time.Time) error {
 	if _, _, err := c.channelSettings(); err != nil {
 		return err
 	}
-	me := &c.peers[c.rank]
-	cands := make([][]*connector, c.nranks)
-	// A pair gets TCP connections only when a transport it may end up on
-	// needs them (in-process pairs never fall back from inproc).
-	tcp := func(p int) bool {
-		for _, k := range cands[p] {
-			if k.tcp {
-				return true
-			}
-			if !k.fallible {
-				return false
-			}
-		}
-		return false
+	if c.lazy {
+		return nil
 	}
+	cands := make([][]*connector, c.nranks)
 	for p := range c.peers {
 		if p != c.rank {
-			cands[p] = candidates(me, &c.peers[p])
+			cands[p] = c.candidatesTo(p)
 		}
 	}
-	nsocks := config.IntOr("SOCKET_NTHREADS", 1) * config.IntOr("NSOCKS_PERTHREAD", 2)
-	nsocks = max(1, min(nsocks, 64))
-	// A pair that will most likely be on shared memory needs one connection
-	// (its control channel), not a socket link's stripes: half the
-	// handshakes of a host's init. Should shm turn out unavailable, the
-	// socket fallback runs on that one connection. Both ends count alike:
-	// candidates are symmetric.
-	socks := func(p int) int {
-		switch {
-		case !tcp(p):
-			return 0
-		case cands[p][0].name == "shm":
-			return 1
-		}
-		return nsocks
-	}
-	conns, err := bootstrap.Mesh(c.rank, c.peers, ln, secret, socks, deadline)
+	conns, err := bootstrap.Mesh(c.rank, c.peers, ln, secret, func(p int) int { return socks(cands[p]) }, deadline)
 	if err != nil {
 		return err
 	}
@@ -194,34 +175,19 @@ func (c *Comm) connect(ln net.Listener, secret []byte, deadline time.Time) error
 		if p == c.rank {
 			return nil
 		}
-		for _, k := range cands[p] {
-			l, err := k.connect(c, p, conns[p], deadline)
-			if err == nil {
-				if !k.tcp { // connections a fallback would have used
-					for _, x := range conns[p] {
-						x.Close()
-					}
-				}
-				c.links[p] = l
-				return nil
-			}
-			if !errors.Is(err, errFallback) {
-				return status.Errorf(status.RemoteError, "rank %d: connecting to rank %d via %s failed: %v", c.rank, p, k.name, err)
-			}
-			debuglog.Infof(debuglog.Init, c.rank, "rank %d: %s unavailable (%v), trying the next transport", p, k.name, err)
-		}
-		return status.Errorf(status.InternalError, "rank %d: no transport can connect rank %d", c.rank, p)
+		l, err := c.linkPair(p, cands[p], conns[p], deadline)
+		c.links[p] = l
+		return err
 	})
 	if err != nil {
 		for p, l := range c.links {
 			if l != nil {
 				l.Close()
 				c.links[p] = nil
-			} else {
-				for _, x := range conns[p] {
-					if x != nil {
-						x.Close()
-					}
+			}
+			for _, x := range conns[p] { // a pair that never got to linkPair
+				if x != nil {
+					x.Close()
 				}
 			}
 		}
@@ -233,6 +199,68 @@ func (c *Comm) connect(ln net.Listener, secret []byte, deadline time.Time) error
 		}
 	}
 	return nil
+}
+
+// candidatesTo are the connectors that can join this rank and peer p.
+func (c *Comm) candidatesTo(p int) []*connector {
+	return candidates(&c.peers[c.rank], &c.peers[p])
+}
+
+// socks is how many TCP connections a pair with these candidates needs;
+// both ends count alike, candidates being symmetric. Only a transport it
+// may end up on that needs them counts (in-process pairs never fall back
+// from inproc). A pair that will most likely be on shared memory needs one
+// connection (its control channel), not a socket link's stripes: half the
+// handshakes of a host's init. Should shm turn out unavailable, the socket
+// fallback runs on that one connection.
+func socks(cands []*connector) int {
+	tcp := false
+	for _, k := range cands {
+		if k.tcp {
+			tcp = true
+			break
+		}
+		if !k.fallible {
+			break
+		}
+	}
+	switch {
+	case !tcp:
+		return 0
+	case cands[0].name == "shm":
+		return 1
+	}
+	n := config.IntOr("SOCKET_NTHREADS", 1) * config.IntOr("NSOCKS_PERTHREAD", 2)
+	return max(1, min(n, 64))
+}
+
+// linkPair makes this rank's end of its link to p over conns (the pair's
+// TCP connections, if any), trying the candidates in order. On error the
+// connections are closed.
+func (c *Comm) linkPair(p int, cands []*connector, conns []net.Conn, deadline time.Time) (transport.Link, error) {
+	closeConns := func() {
+		for _, x := range conns {
+			if x != nil {
+				x.Close()
+			}
+		}
+	}
+	for _, k := range cands {
+		l, err := k.connect(c, p, conns, deadline)
+		if err == nil {
+			if !k.tcp { // connections a fallback would have used
+				closeConns()
+			}
+			return l, nil
+		}
+		if !errors.Is(err, errFallback) {
+			closeConns()
+			return nil, status.Errorf(status.RemoteError, "rank %d: connecting to rank %d via %s failed: %v", c.rank, p, k.name, err)
+		}
+		debuglog.Infof(debuglog.Init, c.rank, "rank %d: %s unavailable (%v), trying the next transport", p, k.name, err)
+	}
+	closeConns()
+	return nil, status.Errorf(status.InternalError, "rank %d: no transport can connect rank %d", c.rank, p)
 }
 
 // channelSettings reads GOCL_MIN_NCHANNELS and GOCL_MAX_NCHANNELS (NCCL_
@@ -267,6 +295,14 @@ func (c *Comm) maxChannels() int {
 // inproc or socket) and GOCL_MIN_NCHANNELS.
 func (c *Comm) channelOffer() (have, lo int) {
 	lo, have, _ = c.channelSettings() // checked at the start of connect
+	if c.lazy {                       // the links to be: shared memory offers channels, the others one
+		for p := range c.peers {
+			if k := c.candidatesTo(p); p != c.rank && k[0].name != "shm" {
+				have = 1
+			}
+		}
+		return have, lo
+	}
 	for _, l := range c.links {
 		if l == nil {
 			continue
@@ -283,6 +319,9 @@ func (c *Comm) channelOffer() (have, lo int) {
 // useChannels applies the agreed counts (the fewest any rank offered), so
 // that all ranks split a call alike.
 func (c *Comm) useChannels(have, lo int) {
+	c.linkMu.Lock() // links made on first use take them too (adopt)
+	defer c.linkMu.Unlock()
+	c.chHave, c.chLo = have, lo
 	for _, l := range c.links {
 		if ch, ok := l.(transport.Channeled); ok {
 			ch.UseChannels(lo, have)

@@ -180,7 +180,9 @@ func (c *Comm) diagnose(e *transport.Error, err error) error {
 // p's culprit instead of p. (A verdict already there when the deadline
 // passed is returned by the link's wait itself: transport.Link's Failure.)
 func (c *Comm) peerVerdict(p int, wait time.Duration) error {
+	c.linkMu.Lock()
 	f := c.links[p]
+	c.linkMu.Unlock()
 	if f == nil {
 		return nil
 	}

@@ -107,6 +107,11 @@ func (c *Comm) collective(op *Op) (err error) {
 	}
 	sb, rb := c.sizes(op)
 	ch := c.plan.Pick(op.Coll, max(sb, rb))
+	if c.lazy && c.plan == nil && op.Coll == wire.AllGather {
+		// init's exchange (setupTuner) before there is a tuner: in
+		// log2(n) rounds, not over a link to every rank.
+		ch = tune.Choice{Algo: tune.HalvingDoubling}
+	}
 	c.live.set(op.Coll, op.Type, ch, 0, -1, max(sb, rb))
 	var start time.Time
 	if c.metrics != nil {
@@ -119,16 +124,24 @@ func (c *Comm) collective(op *Op) (err error) {
 	if debuglog.Enabled(debuglog.Trace, debuglog.Tuning) {
 		debuglog.Tracef(debuglog.Tuning, c.rank, "%s: %d bytes via %s", x.Hdr.Describe(), max(sb, rb), ch)
 	}
-	switch op.Coll {
-	case wire.AllReduce, wire.AllGather, wire.ReduceScatter:
+	if c.lazy {
+		root := -1
+		if op.Coll.Desc().Rooted {
+			root = op.Root
+		}
+		err = c.needFor(op.Coll, ch.Algo, root)
+	}
+	switch {
+	case err != nil: // its links could not be made
+	case op.Coll == wire.AllReduce, op.Coll == wire.AllGather, op.Coll == wire.ReduceScatter:
 		err = unrooted[op.Coll][ch.Algo](x, op.send, op.recv, op.Count)
-	case wire.Broadcast, wire.Reduce:
+	case op.Coll == wire.Broadcast, op.Coll == wire.Reduce:
 		err = rooted[op.Coll][ch.Algo](x, op.send, op.recv, op.Count, op.Root)
-	case wire.AlltoAll:
+	case op.Coll == wire.AlltoAll:
 		err = algo.AlltoAll(x, op.send, op.recv, op.Count)
-	case wire.Gather:
+	case op.Coll == wire.Gather:
 		err = algo.Gather(x, op.send, op.recv, op.Count, op.Root)
-	case wire.Scatter:
+	case op.Coll == wire.Scatter:
 		err = algo.Scatter(x, op.send, op.recv, op.Count, op.Root)
 	default:
 		err = status.Errorf(status.InternalError, "rank %d: no algorithm for %s", c.rank, op.Coll)
@@ -193,6 +206,16 @@ func (c *Comm) pointToPoint(ops []*Op) error {
 	if len(selfSend) != len(selfRecv) {
 		return status.Errorf(status.InvalidUsage,
 			"rank %d: %d sends to itself but %d receives from itself: put each self-send and its receive in the same group", c.rank, len(selfSend), len(selfRecv))
+	}
+	if c.lazy {
+		peers := make([]int, len(order))
+		for i, l := range order {
+			peers[i] = l.peer
+		}
+		if err := c.need(peers); err != nil {
+			err = c.blame(err)
+			return status.Errorf(status.CodeOf(err), "point-to-point calls with ranks %v on rank %d could not connect: %w", peers, c.rank, err)
+		}
 	}
 	for i := range selfSend {
 		s, r := selfSend[i], selfRecv[i]

@@ -83,9 +83,9 @@ func newFlightRecorder(c *Comm) *flightRecorder {
 		return nil
 	}
 	names := map[string]bool{}
-	for _, l := range c.links {
-		if l != nil {
-			names[l.Name()] = true
+	for p, name := range c.linkNames() { // links connected on first use: the transports they will have
+		if p != c.rank && name != "" {
+			names[name] = true
 		}
 	}
 	var ts []string

@@ -141,7 +141,7 @@ func sample(now time.Time) {
 		if !rates {
 			continue
 		}
-		for p, l := range c.links {
+		for p, l := range c.linksNow() {
 			cl, ok := l.(transport.Counted)
 			if !ok {
 				continue
@@ -171,11 +171,13 @@ type CommView struct {
 	Waiting   *WaitView  `json:"waiting,omitempty"`    // the longest wait of its links now
 	Links     []LinkView `json:"links"`                // every link, or above statusAllLinks ranks the busy ones
 	IdleLinks int        `json:"idle_links,omitempty"` // links left out of Links: no bytes in the last second, nobody waiting
-	SendBps   float64    `json:"send_Bps"`             // all links, over the last second
-	RecvBps   float64    `json:"recv_Bps"`
-	Error     string     `json:"error,omitempty"`
-	Timeout   float64    `json:"timeout_s"`
-	Reachable *bool      `json:"reachable,omitempty"` // filled by rank 0 for the ranks it asked
+	// Peers it has no link to yet (GOCL_RUNTIME_CONNECT: connected on first use).
+	Unconnected int     `json:"unconnected_links,omitempty"`
+	SendBps     float64 `json:"send_Bps"` // all links, over the last second
+	RecvBps     float64 `json:"recv_Bps"`
+	Error       string  `json:"error,omitempty"`
+	Timeout     float64 `json:"timeout_s"`
+	Reachable   *bool   `json:"reachable,omitempty"` // filled by rank 0 for the ranks it asked
 }
 
 // WaitView is a wait on a peer.
@@ -251,8 +253,11 @@ func (c *Comm) view(s *sampled, now time.Time) CommView {
 	if err := c.AsyncError(); err != nil {
 		v.Error = err.Error()
 	}
-	for p, l := range c.links {
+	for p, l := range c.linksNow() {
 		if l == nil {
+			if p != c.rank {
+				v.Unconnected++
+			}
 			continue
 		}
 		lv := LinkView{Peer: p, Transport: l.Name()}

@@ -143,9 +143,9 @@ func newMetricsRecorder(c *Comm) *metricsRecorder {
 		file: file, comm: commID(c.key), rank: c.rank, nranks: c.nranks, transports: make([]string, c.nranks),
 	}
 	str := func(s string) string { b, _ := json.Marshal(s); return string(b) }
-	for p, l := range c.links {
-		if l != nil {
-			m.transports[p] = str(l.Name())
+	for p, name := range c.linkNames() {
+		if p != c.rank && name != "" {
+			m.transports[p] = str(name)
 		}
 	}
 	for coll := range m.busFactorColl {

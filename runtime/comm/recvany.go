@@ -31,18 +31,11 @@ func (c *Comm) RecvAny(buf unsafe.Pointer, count int, typ kernels.DataType) (pee
 	if err := c.prepare(op); err != nil {
 		return -1, err
 	}
-	probers := make([]transport.Prober, c.nranks)
-	for p, l := range c.links {
-		if p == c.rank {
-			continue
+	var probers []transport.Prober
+	if !c.lazy { // else once its links are made, below
+		if probers, err = c.probers(); err != nil {
+			return -1, err
 		}
-		pr, ok := l.(transport.Prober)
-		if !ok {
-			return -1, status.Errorf(status.InvalidUsage,
-				"recv from any source on rank %d: the %s link to rank %d cannot tell whether a message is waiting; receive from rank %d by name",
-				c.rank, l.Name(), p, p)
-		}
-		probers[p] = pr
 	}
 	if err := c.claim(op); err != nil {
 		return -1, err
@@ -60,6 +53,14 @@ func (c *Comm) RecvAny(buf unsafe.Pointer, count int, typ kernels.DataType) (pee
 	}()
 	defer c.catchFault(&op, faulting())
 	c.armDeadline()
+	if c.lazy { // a message may come from any rank: a link to each
+		if err := c.need(c.allPeers()); err != nil {
+			return -1, err
+		}
+		if probers, err = c.probers(); err != nil {
+			return -1, err
+		}
+	}
 	waiting := func(p int) bool {
 		if pk, ok := probers[p].(transport.Peeker); ok {
 			h, ok := pk.Peek()
@@ -100,4 +101,23 @@ func (c *Comm) RecvAny(buf unsafe.Pointer, count int, typ kernels.DataType) (pee
 	}
 	c.anyNext = peer + 1
 	return peer, nil
+}
+
+// probers is every link as a transport.Prober, or an error naming the link
+// that cannot tell whether a message is waiting.
+func (c *Comm) probers() ([]transport.Prober, error) {
+	probers := make([]transport.Prober, c.nranks)
+	for p, l := range c.links {
+		if p == c.rank {
+			continue
+		}
+		pr, ok := l.(transport.Prober)
+		if !ok {
+			return nil, status.Errorf(status.InvalidUsage,
+				"recv from any source on rank %d: the %s link to rank %d cannot tell whether a message is waiting; receive from rank %d by name",
+				c.rank, l.Name(), p, p)
+		}
+		probers[p] = pr
+	}
+	return probers, nil
 }

@@ -33,9 +33,9 @@ const tuneRecord = 128
 // settles the channel count (channelOffer).
 func (c *Comm) setupTuner(s tune.Settings) error {
 	seen := map[string]bool{}
-	for _, l := range c.links {
-		if l != nil {
-			seen[l.Name()] = true
+	for p, name := range c.linkNames() {
+		if p != c.rank && name != "" {
+			seen[name] = true
 		}
 	}
 	_, from := config.Source("BUFFSIZE")

@@ -53,6 +53,7 @@ var table = []Var{
 	{"P2P_DISABLE", "0", ReadInit, "1: ranks of one process talk over shared memory (or sockets, with SHM_DISABLE) instead of reading each other's memory"},
 	{"SHM_DISABLE", "0", ReadInit, "1: ranks of one host talk over TCP sockets instead of shared memory (both ends publish it at init, so one rank setting it is enough for its pairs)"},
 	{"SHM_CMA", "auto", ReadInit, "auto: an allgather's or a broadcast's frames of 64 KiB or more, in calls of up to 1 MiB, between processes of one host are read from the sender's memory (process_vm_readv: one copy instead of three) where the kernel allows it without a log line (no Yama, or ptrace_scope 0); 1: every frame of 128 KiB or more (reductions too: slower on the 2-core benchmark host); 0: never (bench/SHM.md)"},
+	{"RUNTIME_CONNECT", "0", ReadInit, "1: a pair of ranks connects the first time a call's algorithm needs it, not at init (as NCCL_RUNTIME_CONNECT): a job that only all-reduces over a ring holds 2 links per rank instead of N-1; every rank must set it alike; a receive from any source connects to every rank"},
 	{"IB_DISABLE", "1", ReadNever, "accepted for NCCL compatibility; gocl has no InfiniBand transport"},
 	{"BUFFSIZE", "1048576", ReadInit, "bytes per pipelined chunk of ring algorithms"},
 	{"ALGO", "", ReadInit, "algorithms the tuner may pick, NCCL's syntax (ring, tree, direct, halvingdoubling, hier; ^ excludes; per collective: \"ring;allreduce:tree\"); unset: the cost model picks"},
