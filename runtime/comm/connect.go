@@ -69,7 +69,8 @@ var connectors = []connector{
 	{name: "shm", tcp: true, fallible: true, can: func(a, b *bootstrap.PeerInfo) bool { return a.Shm != "" && a.Shm == b.Shm },
 		connect: func(c *Comm, p int, conns []net.Conn, deadline time.Time) (transport.Link, error) {
 			l, err := shm.Connect(conns[0], c.rank, p, c.peers[p].Pid,
-				shm.Options{Channels: c.maxChannels(), CMA: cmaMode(), Populate: c.localRanks <= populateMaxLocal}, deadline)
+				shm.Options{Channels: c.maxChannels(), CMA: cmaMode(), Populate: c.localRanks <= populateMaxLocal,
+					Budget: int64(config.IntOr("SHM_BUDGET", 0)) << 20}, deadline)
 			if err == nil {
 				for _, x := range conns[1:] { // the first one stays, as the link's control channel
 					x.Close()

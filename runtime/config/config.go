@@ -54,6 +54,7 @@ var table = []Var{
 	{"SHM_DISABLE", "0", ReadInit, "1: ranks of one host talk over TCP sockets instead of shared memory (both ends publish it at init, so one rank setting it is enough for its pairs)"},
 	{"SHM_CMA", "auto", ReadInit, "auto: an allgather's or a broadcast's frames of 64 KiB or more, in calls of up to 1 MiB, between processes of one host are read from the sender's memory (process_vm_readv: one copy instead of three) where the kernel allows it without a log line (no Yama, or ptrace_scope 0); 1: every frame of 128 KiB or more (reductions too: slower on the 2-core benchmark host); 0: never (bench/SHM.md)"},
 	{"RUNTIME_CONNECT", "0", ReadInit, "1: a pair of ranks connects the first time a call's algorithm needs it, not at init (as NCCL_RUNTIME_CONNECT): a job that only all-reduces over a ring holds 2 links per rank instead of N-1; every rank must set it alike; a receive from any source connects to every rank"},
+	{"SHM_BUDGET", "0", ReadInit, "MiB of shared-memory segments a process may hold for its pairs (each pair and channel costs about 4.3 MiB); a pair that would pass it talks over TCP instead, on both ends; 0: no cap (pairs map their pages only as they are used, and with RUNTIME_CONNECT=1 only the pairs a job's calls use exist)"},
 	{"IB_DISABLE", "1", ReadNever, "accepted for NCCL compatibility; gocl has no InfiniBand transport"},
 	{"BUFFSIZE", "1048576", ReadInit, "bytes per pipelined chunk of ring algorithms"},
 	{"ALGO", "", ReadInit, "algorithms the tuner may pick, NCCL's syntax (ring, tree, direct, halvingdoubling, hier; ^ excludes; per collective: \"ring;allreduce:tree\"); unset: the cost model picks"},
@@ -238,12 +239,12 @@ func parseSeconds(s string) (float64, error) {
 // Check validates the numeric settings so a typo fails init with a clear
 // message instead of silently using a default.
 func Check() error {
-	for _, name := range []string{"SOCKET_NTHREADS", "NSOCKS_PERTHREAD", "BUFFSIZE", "DIRECT_THRESHOLD"} {
+	for _, name := range []string{"SOCKET_NTHREADS", "NSOCKS_PERTHREAD", "BUFFSIZE", "DIRECT_THRESHOLD", "SHM_BUDGET"} {
 		n, err := Int(name)
 		if err != nil {
 			return err
 		}
-		if n < 0 || (name != "DIRECT_THRESHOLD" && n == 0) {
+		if n < 0 || (name != "DIRECT_THRESHOLD" && name != "SHM_BUDGET" && n == 0) || name == "SHM_BUDGET" && n > 1<<30 {
 			return fmt.Errorf("GOCL_%s=%d is out of range", name, n)
 		}
 	}

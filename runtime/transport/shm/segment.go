@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -129,6 +130,22 @@ func open(pid, fd int, populate bool) (segment, error) {
 	return s, nil
 }
 
+// held is the bytes of the segments this process receives on (one per
+// channel of each shared-memory pair), which GOCL_SHM_BUDGET caps.
+var held atomic.Int64
+
+// Held is the bytes of shared-memory segments this process holds.
+func Held() int64 { return held.Load() }
+
+// reserve takes one segment's share of budget (0: no cap), if it is left.
+func reserve(budget int64) bool {
+	if n := held.Add(segBytes); budget > 0 && n > budget {
+		held.Add(-segBytes)
+		return false
+	}
+	return true
+}
+
 // ErrUnavailable says the pair cannot use shared memory (the peer's segment
 // could not be mapped on one side). Both ends get it, and the control
 // connection is left clean for another transport.
@@ -138,10 +155,22 @@ var ErrUnavailable = errors.New("shared memory unavailable for this pair")
 // will receive on, tells the peer its descriptor, maps the peer's, and both
 // say whether that worked, so both reach the same verdict. It writes and
 // reads exactly 17 bytes each way, leaving ctrl clean for a fallback.
-func handshake(ctrl net.Conn, peerPid int, populate bool, deadline time.Time) (recv, send segment, err error) {
+func handshake(ctrl net.Conn, peerPid int, populate bool, budget int64, deadline time.Time) (recv, send segment, err error) {
 	ctrl.SetDeadline(deadline)
 	defer ctrl.SetDeadline(time.Time{})
-	fd, recv, cerr := create(populate)
+	fd, cerr := -1, error(nil)
+	if reserve(budget) {
+		if fd, recv, cerr = create(populate); cerr != nil {
+			held.Add(-segBytes)
+		}
+	} else {
+		cerr = fmt.Errorf("this process holds %d MiB of shared-memory segments and GOCL_SHM_BUDGET is %d MiB", held.Load()>>20, budget>>20)
+	}
+	defer func() {
+		if err != nil && cerr == nil { // the segment went with the failure: so does its share
+			held.Add(-segBytes)
+		}
+	}()
 	var msg [16]byte
 	binary.LittleEndian.PutUint64(msg[0:], uint64(int64(fd)))
 	binary.LittleEndian.PutUint64(msg[8:], segBytes)

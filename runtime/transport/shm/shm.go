@@ -66,6 +66,10 @@ type Options struct {
 	// Populate maps each segment's control words and LL slots in at
 	// connect (segment.populate); false leaves them to fault in on use.
 	Populate bool
+	// Budget caps the bytes of segments this process receives on, over
+	// all its pairs (GOCL_SHM_BUDGET; 0: none): a pair that would pass it
+	// gets ErrUnavailable at both ends, and another transport.
+	Budget int64
 }
 
 // mapping is what the cleanup of a forgotten link unmaps.
@@ -78,6 +82,7 @@ func (m *mapping) unmap() {
 	if m.users.CompareAndSwap(0, -1) {
 		syscall.Munmap(m.recv.mem)
 		syscall.Munmap(m.send.mem)
+		held.Add(-segBytes) // reserved by its handshake
 	}
 }
 
@@ -135,7 +140,7 @@ func Connect(ctrl net.Conn, self, peer, peerPid int, opts Options, deadline time
 	pr := &pair{self: self, peer: peer, peerPid: peerPid, ctrl: ctrl, opts: opts, useMin: 1}
 	maps := make([]*mapping, 0, nch)
 	for range nch {
-		recv, send, err := handshake(ctrl, peerPid, opts.Populate, deadline)
+		recv, send, err := handshake(ctrl, peerPid, opts.Populate, opts.Budget, deadline)
 		if err != nil {
 			for _, m := range maps {
 				m.unmap()
