@@ -60,7 +60,7 @@ def worker(backend: str, out_dir: str) -> None:
     if backend == "gloo":
         import torch
         import torch.distributed as dist
-    else:  # gocl, or gocl-lazy: GOCL_RUNTIME_CONNECT=1 (run_procs sets it)
+    else:  # gocl: the full mesh (GOCL_RUNTIME_CONNECT=0), gocl-lazy: on first use (the default); run_procs sets it
         import gocl
     while time.time() < start:
         time.sleep(0.005)
@@ -157,7 +157,7 @@ def main() -> None:
     ap.add_argument("--procs", default="8,16,32,64", help="process counts (comma list)")
     ap.add_argument("--inproc", default="64,256,1024", help="in-process rank counts (comma list; empty: none)")
     ap.add_argument("--no-gloo", action="store_true", help="skip torch's gloo")
-    ap.add_argument("--lazy", action="store_true", help="also gocl connecting on first use (GOCL_RUNTIME_CONNECT=1): gocl-lazy")
+    ap.add_argument("--lazy", action="store_true", help="also gocl connecting on first use (GOCL_RUNTIME_CONNECT=1, the default): gocl-lazy; the gocl rows are the full mesh (0)")
     ap.add_argument("--gloo-max", type=int, default=64, help="largest N for gloo (a torch process holds ~150 MiB of its own)")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
