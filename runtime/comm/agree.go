@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -66,10 +67,12 @@ func (c *Comm) serve(req bootstrap.Request) any {
 var shrinkWindow = agree.DefaultTimeout
 
 // Test hooks (nil outside tests): drop an outgoing agreement message; see
-// (and change) a rank's outcome before its shrink goes on.
+// (and change) a rank's outcome before its shrink goes on. Atomic: a
+// message of a test's agreement may still be on its way when the test
+// removes them.
 var (
-	agreeDropHook    func(m agree.Msg) bool
-	agreeOutcomeHook func(rank int, o *agree.Outcome)
+	agreeDropHook    atomic.Pointer[func(m agree.Msg) bool]
+	agreeOutcomeHook atomic.Pointer[func(rank int, o *agree.Outcome)]
 )
 
 // agreement is a communicator's agreement machine and the shrink waiting
@@ -144,7 +147,7 @@ func (c *Comm) agreeReceive(m agree.Msg) []agree.Msg {
 // agreeSend sends m and feeds the replies, or the failure, back in.
 func (c *Comm) agreeSend(m agree.Msg) {
 	defer func() { recover() }() // a goroutine of ours never takes the process down
-	if agreeDropHook != nil && agreeDropHook(m) {
+	if drop := agreeDropHook.Load(); drop != nil && (*drop)(m) {
 		return
 	}
 	var replies []agree.Msg
@@ -191,8 +194,8 @@ func (c *Comm) agreeOn(explicit bool, exclude []int) (agree.Outcome, error) {
 	for {
 		select {
 		case o := <-ch:
-			if agreeOutcomeHook != nil {
-				agreeOutcomeHook(c.rank, &o)
+			if see := agreeOutcomeHook.Load(); see != nil {
+				(*see)(c.rank, &o)
 			}
 			a.mu.Lock()
 			for _, id := range a.made {

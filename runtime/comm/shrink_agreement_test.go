@@ -16,8 +16,13 @@ import (
 
 // hooks installs the agreement's test hooks for one test.
 func hooks(t *testing.T, drop func(agree.Msg) bool, outcome func(int, *agree.Outcome)) {
-	agreeDropHook, agreeOutcomeHook = drop, outcome
-	t.Cleanup(func() { agreeDropHook, agreeOutcomeHook = nil, nil })
+	if drop != nil {
+		agreeDropHook.Store(&drop)
+	}
+	if outcome != nil {
+		agreeOutcomeHook.Store(&outcome)
+	}
+	t.Cleanup(func() { agreeDropHook.Store(nil); agreeOutcomeHook.Store(nil) })
 }
 
 func sameComm(t *testing.T, subs []*Comm, errs []error, survivors []int) {
