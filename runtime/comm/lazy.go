@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"gocl/runtime/bootstrap"
+	"gocl/runtime/debuglog"
 	"gocl/runtime/status"
 	"gocl/runtime/transport"
 	"gocl/runtime/tune"
@@ -388,6 +389,7 @@ func (c *Comm) adopt(p int, l transport.Link) error {
 	}
 	c.links[p] = l
 	c.linkMu.Unlock()
+	debuglog.Infof(debuglog.Init, c.rank, "channel to rank %d (pid %d, %s) via %s, on first use", p, c.peers[p].Pid, c.peers[p].Addr, l.Name())
 	if c.unusable.Load() { // failed or freed while the link was made
 		if err := c.AsyncError(); err != nil {
 			l.Abort(transport.AbortReason(c.rank, err))
