@@ -46,7 +46,7 @@ type pairState struct {
 	dialing   bool          // this rank's call dials the peer
 	accepting bool          // the listener takes the peer's connections and makes the link
 	done      chan struct{} // closed when accepting ends
-	err       error         // why accepting failed
+	err       error         // why accepting failed: the pair cannot be made, the communicator fails
 }
 
 // inbox holds the connections a peer made to this rank until the pair's
@@ -191,6 +191,11 @@ func (c *Comm) acceptPair(q int) {
 	st.accepting, st.err = false, err
 	close(st.done)
 	c.linkMu.Unlock()
+	if err != nil {
+		// As a link that fails at init fails the init: this rank's calls
+		// get the cause (a setting that differs, say), not a timeout later.
+		c.fail(err)
+	}
 }
 
 // awaitConns waits for the k connections q makes to this one, until
@@ -266,6 +271,10 @@ func (c *Comm) connectPair(p int, deadline time.Time) error {
 		case c.links[p] != nil:
 			c.linkMu.Unlock()
 			return nil
+		case st.err != nil:
+			err := st.err
+			c.linkMu.Unlock()
+			return err
 		case st.accepting:
 			done := st.done
 			c.linkMu.Unlock()
@@ -346,8 +355,8 @@ func (c *Comm) awaitPeer(p int, deadline time.Time, done <-chan struct{}) error 
 		st := c.pairs[p]
 		linked := c.links[p] != nil
 		c.linkMu.Unlock()
-		if linked || done == nil && st.accepting {
-			return nil // connected, or being connected: the caller looks again
+		if linked || done == nil && (st.accepting || st.err != nil) {
+			return nil // connected, being connected or failed: the caller looks again
 		}
 		if err := c.usable(); err != nil {
 			return err
