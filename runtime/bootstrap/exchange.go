@@ -113,7 +113,7 @@ type idServer struct {
 	x    Exchange
 	id   ID
 	key  []byte
-	gate gate
+	gate *gate
 
 	mu       sync.Mutex
 	counted  map[int]bool

@@ -67,19 +67,44 @@ func Join(id *ID, me PeerInfo, deadline time.Time) ([]PeerInfo, error) {
 			"rank %d: cannot reach the rendezvous root %s: %v; is the process that called goclGetUniqueId still running and reachable (GOCL_SOCKET_IFNAME)?", me.Rank, root, err)
 	}
 	defer c.Close()
-	// The table's listener is on the address the rank's peers reach it at,
-	// or (no address given) the one this host reaches the root from.
-	host := c.LocalAddr().(*net.TCPAddr).IP.String()
-	if h, _, err := net.SplitHostPort(me.Addr); err == nil && h != "" {
-		host = h
+	var share *sharedTable
+	lead := true
+	if me.Proc != "" {
+		k := sharedKey{*id, me.Proc}
+		share, lead = shareTable(k, me.Rank)
+		defer share.leave(k)
 	}
-	bl, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return nil, status.Errorf(status.SystemError, "rank %d: cannot listen for the rank table on %s: %v", me.Rank, host, err)
+	var boot *net.TCPListener
+	if lead {
+		// The table's listener is on the address the rank's peers reach it
+		// at, or (no address given) the one this host reaches the root from.
+		host := c.LocalAddr().(*net.TCPAddr).IP.String()
+		if h, _, err := net.SplitHostPort(me.Addr); err == nil && h != "" {
+			host = h
+		}
+		bl, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			err = status.Errorf(status.SystemError, "rank %d: cannot listen for the rank table on %s: %v", me.Rank, host, err)
+			if share != nil {
+				share.publish(nil, err)
+			}
+			return nil, err
+		}
+		boot = bl.(*net.TCPListener)
+		defer boot.Close()
+		me.Boot = boot.Addr().String()
 	}
-	boot := bl.(*net.TCPListener)
-	defer boot.Close()
-	me.Boot = boot.Addr().String()
+	peers, err := joinRoot(c, root, id, me, share, boot, deadline)
+	if share != nil && lead {
+		share.publish(peers, err)
+	}
+	return peers, err
+}
+
+// joinRoot sends me to the root on c, and takes the table: from the tree on
+// boot when this rank leads its process (or is alone in it), else the
+// leader's copy from share.
+func joinRoot(c net.Conn, root *net.TCPAddr, id *ID, me PeerInfo, share *sharedTable, boot *net.TCPListener, deadline time.Time) ([]PeerInfo, error) {
 	c.SetDeadline(deadline)
 	if err := writeMsg(c, me); err != nil {
 		return nil, status.Errorf(status.RemoteError, "rank %d: rendezvous with %s failed: %v", me.Rank, root, err)
@@ -102,15 +127,25 @@ func Join(id *ID, me PeerInfo, deadline time.Time) ([]PeerInfo, error) {
 		return nil, status.Errorf(code, "rank %d: rendezvous failed: %s", me.Rank, reply.Err)
 	}
 	c.Close()
-	peers, msgs, err := receiveTable(me.Rank, me.NRanks, boot, id.Secret(), deadline)
+	if boot == nil {
+		peers, err := share.take(me.Rank, deadline)
+		if err == nil && peers[me.Rank] != me {
+			err = status.Errorf(status.InternalError, "rank %d: the rank table's entry for this rank is not what it sent", me.Rank)
+		}
+		return peers, err
+	}
+	peers, msgs, err := receiveTable(me.Rank, reply.From, me.NRanks, boot, id.Secret(), deadline)
+	if err == nil && peers[me.Rank] != me {
+		err = status.Errorf(status.InternalError, "rank %d: the rank table's entry for this rank is not what it sent", me.Rank)
+	}
+	if share != nil {
+		share.publish(peers, err) // the process's other ranks go on at once
+	}
 	if err != nil {
 		abortBelow(me.Rank, reply.Kids, err, id.Secret(), deadline)
 		return nil, err
 	}
-	if peers[me.Rank] != me {
-		return nil, status.Errorf(status.InternalError, "rank %d: the rank table's entry for this rank is not what it sent", me.Rank)
-	}
-	passOn(me.Rank, peers, msgs, id.Secret(), deadline) // as it came: no encoding again
+	passOn(me.Rank, newTableTree(peers), peers, msgs, id.Secret(), deadline) // as it came: no encoding again
 	return peers, nil
 }
 

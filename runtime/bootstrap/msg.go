@@ -67,7 +67,7 @@ type PeerInfo struct {
 	Rank   int    `json:"rank"`
 	NRanks int    `json:"nranks"`
 	Addr   string `json:"addr"` // peer listener, host:port
-	Boot   string `json:"boot"` // where the rank takes the rank table from its parent (table.go), during init only
+	Boot   string `json:"boot"` // where the rank takes the rank table from its parent (table.go), during init only; empty: another rank of its process takes it (shared.go)
 	Host   string `json:"host"` // host identity: same string = same machine
 	Proc   string `json:"proc"` // process identity: same string = same process
 	Pid    int    `json:"pid"`
@@ -92,4 +92,8 @@ type rootReply struct {
 	Expired bool     `json:"expired,omitempty"` // Err is the root's timeout
 	Left    bool     `json:"left,omitempty"`    // Err is a rank gone from the rendezvous
 	Kids    []string `json:"kids,omitempty"`
+	// From is the rank the table comes from (-1: the root). Local: From is
+	// a rank of this process, whose copy this rank takes in memory.
+	From  int  `json:"from"`
+	Local bool `json:"local,omitempty"`
 }

@@ -149,12 +149,28 @@ func serveRoot(ln *net.TCPListener, secret []byte, timeout time.Duration, stop <
 					failAll(fmt.Sprintf("cannot encode the rank table: %v", err))
 					return
 				}
-				for r, b := range byRank {
-					var kids []string
-					for _, k := range treeChildren(r, nranks) {
-						kids = append(kids, peers[k].Boot)
+				tree := newTableTree(peers)
+				leader := map[string]int{} // the rank that takes the table for each process
+				for _, r := range tree {
+					if p := peers[r].Proc; p != "" {
+						leader[p] = r
 					}
-					writeMsg(b.conn, rootReply{Kids: kids})
+				}
+				if bad := orphans(peers, leader); bad != "" {
+					failAll(bad)
+					return
+				}
+				for r, b := range byRank {
+					reply := rootReply{From: -1}
+					if i := tree.pos(r); i >= 0 {
+						reply.From = tree.parent(i)
+						for _, k := range tree.children(i) {
+							reply.Kids = append(reply.Kids, peers[k].Boot)
+						}
+					} else {
+						reply.From, reply.Local = leader[peers[r].Proc], true
+					}
+					writeMsg(b.conn, reply)
 					b.conn.Close()
 				}
 				var deadline time.Time
@@ -162,7 +178,7 @@ func serveRoot(ln *net.TCPListener, secret []byte, timeout time.Duration, stop <
 					deadline = time.Now().Add(timeout)
 				}
 				ln.Close()
-				passOn(-1, peers, msgs, secret, deadline)
+				passOn(-1, tree, peers, msgs, secret, deadline)
 				debuglog.Infof(debuglog.Bootstrap, -1, "bootstrap root: all %d ranks joined", nranks)
 				return
 			}
@@ -195,6 +211,21 @@ func serveRoot(ln *net.TCPListener, secret []byte, timeout time.Duration, stop <
 	}
 }
 
+// orphans names a table no rank can take: a rank that joined without a
+// table listener (another rank of its process takes the table for it) where
+// no rank of its process has one, or a process with two.
+func orphans(peers []PeerInfo, leader map[string]int) string {
+	for _, p := range peers {
+		switch l, ok := leader[p.Proc]; {
+		case p.Boot == "" && !ok:
+			return fmt.Sprintf("rank %d joined to take the rank table from another rank of its process, and none has joined to take it", p.Rank)
+		case p.Boot != "" && p.Proc != "" && l != p.Rank:
+			return fmt.Sprintf("ranks %d and %d both take the rank table for one process", l, p.Rank)
+		}
+	}
+	return ""
+}
+
 // watchJoined reports a joined rank whose connection ends before the root
 // answers it: a rank sends nothing after its PeerInfo, so a read returns
 // only when the rank is gone (or the root closed the connection itself).
@@ -206,6 +237,9 @@ func watchJoined(a arrival, gone chan<- arrival, done <-chan struct{}) {
 	case <-done:
 	}
 }
+
+// maxRootHandshakes bounds how far a rank's word raises the root's gate.
+const maxRootHandshakes = 1 << 16
 
 // acceptRanks authenticates connections and reads each rank's PeerInfo.
 func acceptRanks(ln *net.TCPListener, secret []byte, out chan<- arrival, done <-chan struct{}) {
@@ -232,6 +266,7 @@ func acceptRanks(ln *net.TCPListener, secret []byte, out chan<- arrival, done <-
 			return
 		}
 		c.SetDeadline(time.Time{})
+		g.raise(min(info.NRanks, maxRootHandshakes))
 		select {
 		case out <- arrival{c, info}:
 		case <-done:

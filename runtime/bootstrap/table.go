@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"syscall"
 	"time"
 
@@ -14,8 +15,9 @@ import (
 )
 
 // The rank table goes down a binary tree, not from the root to every rank:
-// the root sends it to ranks 0 and 1, and rank r passes it on to ranks 2r+2
-// and 2r+3. The root's traffic is then O(N) (two tables, and a short answer
+// the root sends it to the first two ranks of the tree (tableTree: one rank
+// per process, the process's other ranks share its copy), and the rank at
+// position i passes it on to positions 2i+2 and 2i+3. The root's traffic is then O(N) (two tables, and a short answer
 // naming two addresses per rank) where a table per rank was O(N²) and capped
 // N at the message limit; a rank sends at most two tables; the table arrives
 // after log2(N) hops. It travels in messages of at most tableChunk entries,
@@ -41,19 +43,50 @@ type tableMsg struct {
 	Peers []PeerInfo `json:"peers,omitempty"`
 }
 
-// treeChildren are the ranks r sends the table to; the root is r = -1.
-func treeChildren(r, n int) []int {
+// tableTree is the order the table goes over the network: the ranks that
+// take it from their parent, one per process (the one with a table
+// listener; the others take its copy in memory, shared.go), in rank order.
+// Position i passes it to positions 2i+2 and 2i+3, the root (position -1)
+// to 0 and 1.
+type tableTree []int
+
+func newTableTree(peers []PeerInfo) tableTree {
+	var t tableTree
+	for _, p := range peers {
+		if p.Boot != "" {
+			t = append(t, p.Rank)
+		}
+	}
+	return t
+}
+
+// pos is rank r's position in t (-1: the root, or a rank that takes the
+// table in memory).
+func (t tableTree) pos(r int) int {
+	if i, ok := slices.BinarySearch(t, r); ok {
+		return i
+	}
+	return -1
+}
+
+// children are the ranks position i sends the table to.
+func (t tableTree) children(i int) []int {
 	var out []int
-	for _, c := range []int{2*r + 2, 2*r + 3} {
-		if c < n {
-			out = append(out, c)
+	for _, c := range []int{2*i + 2, 2*i + 3} {
+		if c < len(t) {
+			out = append(out, t[c])
 		}
 	}
 	return out
 }
 
-// treeParent is the rank that sends r the table (-1: the root).
-func treeParent(r int) int { return (r - 2) >> 1 }
+// parent is the rank that sends position i the table (-1: the root).
+func (t tableTree) parent(i int) int {
+	if i < 2 {
+		return -1
+	}
+	return t[(i-2)>>1]
+}
 
 // encodeTable cuts peers into the messages that carry it, encoded once for
 // every receiver.
@@ -110,7 +143,8 @@ func readTable(c net.Conn, n int) ([]PeerInfo, [][]byte, error) {
 // the secret (the parent, or an ancestor standing in for a parent it could
 // not reach); a stranger's is dropped. A table that breaks off is an error
 // at once, naming the sender.
-func receiveTable(self, n int, ln *net.TCPListener, secret []byte, deadline time.Time) ([]PeerInfo, [][]byte, error) {
+// from is the rank expected to send it (-1: the root), for the error.
+func receiveTable(self, from, n int, ln *net.TCPListener, secret []byte, deadline time.Time) ([]PeerInfo, [][]byte, error) {
 	ln.SetDeadline(deadline)
 	type sender struct {
 		c    net.Conn
@@ -151,7 +185,7 @@ func receiveTable(self, n int, ln *net.TCPListener, secret []byte, deadline time
 		case s = <-got:
 		default:
 			if IsTimeout(err) {
-				return nil, nil, status.Errorf(status.Timeout, "rank %d: the rank table did not come from rank %d (its parent in the bootstrap tree) within the timeout (GOCL_TIMEOUT, or the timeout given at init): rank %d failed or is stuck in its init", self, treeParent(self), treeParent(self))
+				return nil, nil, status.Errorf(status.Timeout, "rank %d: the rank table did not come from %s (its parent in the bootstrap tree) within the timeout (GOCL_TIMEOUT, or the timeout given at init): it failed or is stuck in its init", self, rankName(from))
 			}
 			return nil, nil, status.Errorf(status.RemoteError, "rank %d: waiting for the rank table failed: %v", self, err)
 		}
@@ -208,18 +242,27 @@ func sendTo(self int, addr string, msgs [][]byte, secret []byte, deadline time.T
 	return nil
 }
 
-// passOn sends the table to self's children in the tree, at once, and to the
-// children of a child it cannot reach. It fails nobody: a child that is gone
-// is named when its peers connect to it.
-func passOn(self int, peers []PeerInfo, msgs [][]byte, secret []byte, deadline time.Time) {
-	kids := treeChildren(self, len(peers))
+// passOn sends the table to the children of self (a rank, or -1: the root)
+// in the tree, at once, and to the children of a child it cannot reach. It
+// fails nobody: a child that is gone is named when its peers connect to it.
+func passOn(self int, tree tableTree, peers []PeerInfo, msgs [][]byte, secret []byte, deadline time.Time) {
+	at := -1
+	if self >= 0 {
+		at = tree.pos(self)
+	}
+	passOnFrom(self, at, tree, peers, msgs, secret, deadline)
+}
+
+// passOnFrom sends as self the table to position at's children.
+func passOnFrom(self, at int, tree tableTree, peers []PeerInfo, msgs [][]byte, secret []byte, deadline time.Time) {
+	kids := tree.children(at)
 	done := make(chan struct{}, len(kids))
 	for _, k := range kids {
 		go func() {
 			defer func() { done <- struct{}{} }()
 			if err := sendTo(self, peers[k].Boot, msgs, secret, deadline); err != nil {
 				debuglog.Warnf(debuglog.Bootstrap, self, "cannot pass the rank table on to rank %d at %s (%v): passing it to rank %d's children", k, peers[k].Boot, err, k)
-				passOn(k, peers, msgs, secret, deadline)
+				passOnFrom(self, tree.pos(k), tree, peers, msgs, secret, deadline)
 			}
 		}()
 	}

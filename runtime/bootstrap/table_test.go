@@ -23,6 +23,11 @@ func smallChunks(t *testing.T, n int) {
 // joinAll runs Join for every rank of n not in skip, each on its own
 // goroutine, and returns their tables and errors.
 func joinAll(t *testing.T, id ID, n int, skip map[int]bool) ([][]PeerInfo, []error) {
+	return joinAllIn(t, id, n, skip, func(int) string { return "" })
+}
+
+// joinAllIn is joinAll with rank r claiming process proc(r).
+func joinAllIn(t *testing.T, id ID, n int, skip map[int]bool, proc func(int) string) ([][]PeerInfo, []error) {
 	t.Helper()
 	tables, errs := make([][]PeerInfo, n), make([]error, n)
 	var wg sync.WaitGroup
@@ -33,7 +38,7 @@ func joinAll(t *testing.T, id ID, n int, skip map[int]bool) ([][]PeerInfo, []err
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			me := PeerInfo{Rank: r, NRanks: n, Addr: fmt.Sprintf("127.0.0.1:%d", 1000+r), Host: "h"}
+			me := PeerInfo{Rank: r, NRanks: n, Addr: fmt.Sprintf("127.0.0.1:%d", 1000+r), Host: "h", Proc: proc(r)}
 			tables[r], errs[r] = Join(&id, me, time.Now().Add(60*time.Second))
 		}()
 	}
@@ -143,7 +148,7 @@ func TestTheRootSendsTheTableTwice(t *testing.T) {
 			defer wg.Done()
 			reply, size := fakeRank(t, id, r, n, lns[r].Addr().String())
 			replies[r] = size
-			if want := len(treeChildren(r, n)); len(reply.Kids) != want || want > 0 && reply.Kids[0] != lns[2*r+2].Addr().String() {
+			if want := len(tableTree(ranksUpTo(n)).children(r)); len(reply.Kids) != want || want > 0 && reply.Kids[0] != lns[2*r+2].Addr().String() {
 				t.Errorf("rank %d's answer names children %v, want rank %d's address first of %d", r, reply.Kids, 2*r+2, want)
 			}
 		}()
@@ -230,5 +235,135 @@ func TestATableBrokenOffFailsTheSubtree(t *testing.T) {
 				t.Errorf("rank %d: %v", r, err)
 			}
 		}
+	}
+}
+
+func ranksUpTo(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// The ranks of one process share one copy of the table: the tree runs over
+// the processes' lowest ranks, the others take their copy in memory, and
+// nothing is left behind.
+func TestRanksOfOneProcessShareTheTable(t *testing.T) {
+	smallChunks(t, 4)
+	const n = 23
+	id, err := StartRoot(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc := func(r int) string { // ranks 0-9 in one process, then 3 each, rank 22 alone
+		switch {
+		case r < 10:
+			return "p0"
+		case r == 22:
+			return ""
+		}
+		return fmt.Sprintf("p%d", 1+(r-10)/3)
+	}
+	tables, errs := joinAllIn(t, id, n, nil, proc)
+	first := map[string]int{}
+	for r := 0; r < n; r++ {
+		if errs[r] != nil {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+		if _, ok := first[proc(r)]; !ok {
+			first[proc(r)] = r
+		}
+		l := first[proc(r)]
+		if len(tables[r]) != n || proc(r) != "" && &tables[r][0] != &tables[l][0] {
+			t.Fatalf("rank %d does not hold rank %d's copy of the table", r, l)
+		}
+		if r != l && &tables[r][0] == &tables[l][0] && proc(r) == "" {
+			t.Fatalf("rank %d, a process of its own, holds rank %d's copy", r, l)
+		}
+		for p, e := range tables[r] {
+			if e.Rank != p || e.Proc != proc(p) {
+				t.Fatalf("rank %d's entry %d is %+v", r, p, e)
+			}
+		}
+	}
+	for i, r := range first { // distinct processes, distinct copies
+		for j, q := range first {
+			if i != j && &tables[r][0] == &tables[q][0] {
+				t.Fatalf("processes %q and %q share a copy", i, j)
+			}
+		}
+	}
+	tree := newTableTree(tables[0])
+	procs := map[string]bool{}
+	for _, r := range tree {
+		if procs[proc(r)] {
+			t.Fatalf("the tree %v holds two ranks of process %q", tree, proc(r))
+		}
+		procs[proc(r)] = true
+	}
+	if len(tree) != 6 {
+		t.Fatalf("the tree runs over ranks %v, want one per process (6)", tree)
+	}
+	sharedMu.Lock()
+	left := len(shared)
+	sharedMu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d shared tables left after every rank took its own", left)
+	}
+}
+
+// A process's lowest rank whose table breaks off fails the process's other
+// ranks with its cause at once, not at the timeout.
+func TestASharedTableBrokenOffFailsTheProcess(t *testing.T) {
+	const n = 4 // ranks 0 and 1 alone, 2 and 3 in one process: one of them takes the table from rank 0
+	id, err := StartRoot(time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc := func(r int) string { return map[int]string{2: "q", 3: "q"}[r] }
+	// Rank 0 is faked and never passes the table on... but the root sends
+	// to positions 0 and 1 (ranks 0 and 1); rank 2 is at position 2, rank
+	// 0's child: a rank 0 that reads the table and then breaks it off.
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		authAccept(c, id.Secret())
+		var hello [8]byte
+		io.ReadFull(c, hello[:])
+		peers, msgs, err := readTable(c, n)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		lead := newTableTree(peers)[2]
+		d, err := dialOnce(peers[lead].Boot, id.Secret(), time.Now().Add(10*time.Second))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		binary.LittleEndian.PutUint32(hello[0:], 0)
+		d.Write(hello[:])
+		d.Write(msgs[0][:len(msgs[0])/2])
+		d.Close()
+	}()
+	go fakeRank(t, id, 0, n, ln.Addr().String())
+	start := time.Now()
+	_, errs := joinAllIn(t, id, n, map[int]bool{0: true}, proc)
+	for _, r := range []int{2, 3} {
+		if status.CodeOf(errs[r]) != status.RemoteError || !strings.Contains(errs[r].Error(), ": reading the rank table from rank 0 failed") {
+			t.Errorf("rank %d: %v, want the broken table named", r, errs[r])
+		}
+	}
+	if errs[1] != nil {
+		t.Errorf("rank 1: %v", errs[1])
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("took %s: waited for a timeout", d)
 	}
 }
