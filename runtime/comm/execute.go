@@ -107,10 +107,10 @@ func (c *Comm) collective(op *Op) (err error) {
 	}
 	sb, rb := c.sizes(op)
 	ch := c.plan.Pick(op.Coll, max(sb, rb))
-	if c.lazy && c.plan == nil && op.Coll == wire.AllGather {
-		// init's exchange (setupTuner) before there is a tuner: in
-		// log2(n) rounds, not over a link to every rank.
-		ch = tune.Choice{Algo: tune.HalvingDoubling}
+	if c.lazy && c.plan == nil {
+		// init's exchange (setupTuner) before there is a tuner: over a
+		// tree's links, not over a link to every rank.
+		ch = tune.Choice{Algo: tune.Tree}
 	}
 	c.live.set(op.Coll, op.Type, ch, 0, -1, max(sb, rb))
 	var start time.Time

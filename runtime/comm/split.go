@@ -85,6 +85,12 @@ func (c *Comm) Split(color, key int, opts Options) (*Comm, error) {
 	return InitRank(id, len(members), newRank, c.device, opts)
 }
 
+// allReduceMax is an internal all-reduce (max) of Go memory, in place.
+func (c *Comm) allReduceMax(v []uint64) error {
+	p := unsafe.Pointer(&v[0])
+	return c.Run(nil, Op{Coll: wire.AllReduce, Send: p, Recv: p, Count: len(v), Type: kernels.Uint64, RedOp: int32(kernels.Max)})
+}
+
 // allGather is an internal allgather of Go memory.
 func (c *Comm) allGather(send, recv []byte, count int, t kernels.DataType) error {
 	return c.Run(nil, Op{Coll: wire.AllGather, Send: unsafe.Pointer(&send[0]), Recv: unsafe.Pointer(&recv[0]), Count: count, Type: t})

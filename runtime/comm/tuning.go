@@ -1,15 +1,13 @@
 package comm
 
 import (
-	"bytes"
-	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
-	"gocl/kernels"
 	"gocl/runtime/config"
 	"gocl/runtime/debuglog"
 	"gocl/runtime/host"
@@ -18,63 +16,76 @@ import (
 	"gocl/runtime/tune"
 )
 
-// tuneRecord is one rank's entry in the init exchange: a hash of the
-// settings that must agree, its channel offer (2 bytes), its host's ranks
-// per core when they outnumber its cores (1 byte, else 0), the rate of its
-// link to other hosts in Mbit/s (4 bytes, 0: unknown), then its links'
-// transport names. One exchange at init, so the user's calls start at #1.
-const tuneRecord = 128
+// The init exchange is one all-reduce (max) of a few words per rank, so it
+// costs O(1) per rank at any N where an allgather of records cost O(N)
+// (4096 in-process ranks held 2 GiB of them). A minimum travels as its
+// complement; a union as one word per connector (1: some rank has a link
+// of that transport).
+const (
+	tuneFP      = iota // fingerprint of the settings that must agree
+	tuneFPNot          // its complement: max and min differ when ranks disagree
+	tuneHaveNot        // 255 - the channels a rank can run
+	tuneLoNot          // 255 - ... with each rank's own buffers
+	tuneCrowd          // the host's ranks per core when they outnumber its cores (else 1)
+	tuneNetNot         // ^ its link to other hosts in Mbit/s (0: unknown)
+	tuneLinks          // one word per connector
+	tuneWords   = tuneLinks + 8
+)
+
+// testSettings lets tests give one rank other tuning settings.
+var testSettings func(rank int, s tune.Settings) tune.Settings
 
 // setupTuner builds the communicator's tuner. Every rank must pick the same
-// algorithm for a call, so the ranks first exchange the transports their
+// algorithm for a call, so the ranks first combine the transports their
 // links use and a fingerprint of their tuning settings: all build the model
 // from the union of transports, and ranks whose settings differ fail init
 // here instead of mismatching on their first call. The same exchange
 // settles the channel count (channelOffer).
 func (c *Comm) setupTuner(s tune.Settings) error {
-	seen := map[string]bool{}
-	for p, name := range c.linkNames() {
-		if p != c.rank && name != "" {
-			seen[name] = true
-		}
+	if testSettings != nil {
+		s = testSettings(c.rank, s)
 	}
+	seen := c.transportsSeen()
 	_, from := config.Source("BUFFSIZE")
 	chunkSet := from != "default" // a set chunk is kept over sockets
 	fp := fnv.New64a()
 	fmt.Fprintf(fp, "%s|%d|%d|%t", s, s.DirectMax, c.chunk, chunkSet)
-	mine := make([]byte, tuneRecord)
-	copy(mine, fp.Sum(nil))
 	have, lo := c.channelOffer()
-	mine[8], mine[9] = byte(min(have, 255)), byte(min(lo, 255))
+	have, lo = min(have, 255), min(lo, 255)
 	crowd := 1
 	if host.Oversubscribed() {
 		crowd = min(host.RanksPerCore(), 255)
-		mine[10] = byte(crowd)
 	}
 	netMbps, netFrom := c.netRate()
-	binary.LittleEndian.PutUint32(mine[11:15], uint32(netMbps))
-	copy(mine[15:], strings.Join(sortedKeys(seen), ","))
+	var v [tuneWords]uint64
+	v[tuneFP] = fp.Sum64()
+	v[tuneFPNot] = ^v[tuneFP]
+	v[tuneHaveNot], v[tuneLoNot] = uint64(255-have), uint64(255-lo)
+	v[tuneCrowd] = uint64(crowd)
+	if netMbps > 0 {
+		v[tuneNetNot] = ^uint64(netMbps)
+	}
+	for i := range connectors {
+		if seen[connectors[i].name] {
+			v[tuneLinks+i] = 1
+		}
+	}
 	if c.nranks > 1 {
-		all := make([]byte, tuneRecord*c.nranks)
-		if err := c.allGather(mine, all, tuneRecord, kernels.Uint8); err != nil {
+		mine := v
+		if err := c.allReduceMax(v[:]); err != nil {
 			return err
 		}
-		for r := 0; r < c.nranks; r++ {
-			rec := all[r*tuneRecord : (r+1)*tuneRecord]
-			if !bytes.Equal(rec[:8], mine[:8]) {
-				return status.Errorf(status.InvalidUsage,
-					"rank %d: rank %d runs with other GOCL_ALGO, GOCL_PROTO, GOCL_DIRECT_THRESHOLD or GOCL_BUFFSIZE settings than this rank (%s, direct up to %d B, chunk %d B): set them the same on every rank",
-					c.rank, r, s, s.DirectMax, c.chunk)
-			}
-			have, lo = min(have, int(rec[8])), min(lo, int(rec[9]))
-			crowd = max(crowd, int(rec[10]))
-			if v := int(binary.LittleEndian.Uint32(rec[11:15])); v > 0 && (netMbps == 0 || v < netMbps) {
-				netMbps, netFrom = v, "the slowest rate of the ranks"
-			}
-			for _, t := range strings.Split(string(bytes.TrimRight(rec[15:], "\x00")), ",") {
-				if t != "" {
-					seen[t] = true
-				}
+		if v[tuneFP] != ^v[tuneFPNot] {
+			return c.settingsDiffer(mine[tuneFP], s)
+		}
+		have, lo = 255-int(v[tuneHaveNot]), 255-int(v[tuneLoNot])
+		crowd = int(v[tuneCrowd])
+		if m := int(^v[tuneNetNot]); v[tuneNetNot] != 0 && m != netMbps {
+			netMbps, netFrom = m, "the slowest rate of the ranks"
+		}
+		for i := range connectors {
+			if v[tuneLinks+i] != 0 {
+				seen[connectors[i].name] = true
 			}
 		}
 	}
@@ -90,17 +101,57 @@ func (c *Comm) setupTuner(s tune.Settings) error {
 			c.chunk = max(c.chunk, socket.Chunk)
 		}
 	}
-	c.plan = tune.NewPlan(s, c.nranks, sortedKeys(seen), c.chunk, crowd)
-	if net.GBs > 0 {
-		c.plan.SetNet(net)
+	perHost := 0
+	if c.hosts != nil {
+		perHost = len(c.hosts[0])
 	}
-	c.tuneHosts()
+	c.plan = planFor(planKey{s, c.nranks, strings.Join(sortedKeys(seen), ","), c.chunk, crowd, net, c.nnodes, perHost})
 	if c.rank == 0 && debuglog.Enabled(debuglog.Info, debuglog.Tuning) {
 		for _, line := range c.plan.Table() {
 			debuglog.Infof(debuglog.Tuning, c.rank, "%s", line)
 		}
 	}
 	return nil
+}
+
+// planKey is everything a plan is built from: the ranks of a communicator
+// build the same plan (they must pick alike).
+type planKey struct {
+	s          tune.Settings
+	n          int
+	transports string
+	chunk      int
+	crowd      int
+	net        tune.Net
+	nodes      int
+	perHost    int
+}
+
+// The last plan built, read-only once built: a process's ranks of one
+// communicator share it, instead of each deciding every call shape again.
+var lastPlan struct {
+	sync.Mutex
+	key  planKey
+	plan *tune.Plan
+}
+
+func planFor(k planKey) *tune.Plan {
+	lastPlan.Lock()
+	defer lastPlan.Unlock()
+	if lastPlan.plan != nil && lastPlan.key == k {
+		return lastPlan.plan
+	}
+	var ts []string
+	if k.transports != "" {
+		ts = strings.Split(k.transports, ",")
+	}
+	p := tune.NewPlan(k.s, k.n, ts, k.chunk, k.crowd)
+	if k.net.GBs > 0 {
+		p.SetNet(k.net)
+	}
+	p.SetHosts(k.nodes, k.perHost)
+	lastPlan.key, lastPlan.plan = k, p
+	return p
 }
 
 // netRate is this rank's link to other hosts in Mbit/s, and where the
@@ -116,6 +167,48 @@ func (c *Comm) netRate() (int, string) {
 		return m, c.ifc.Name + "'s speed"
 	}
 	return 0, ""
+}
+
+// transportsSeen is the transports of this rank's links, or in a
+// communicator connecting on first use the ones its pairs will have.
+func (c *Comm) transportsSeen() map[string]bool {
+	seen := map[string]bool{}
+	if c.lazy {
+		for name := range c.facts.firstConnectors(c.peers, c.rank) {
+			seen[name] = true
+		}
+	}
+	for _, l := range c.linkList() {
+		seen[l.Name()] = true
+	}
+	return seen
+}
+
+// settingsDiffer names, on every rank, a rank whose tuning settings differ:
+// the lowest rank whose fingerprint is not the smallest, and to it the
+// lowest rank whose fingerprint is (a second, rare exchange).
+func (c *Comm) settingsDiffer(mine uint64, s tune.Settings) error {
+	lowest := []uint64{^mine} // max of the complement: the smallest fingerprint
+	if err := c.allReduceMax(lowest); err != nil {
+		return err
+	}
+	n := uint64(c.nranks)
+	v := []uint64{^n, ^n} // ^rank, max: the lowest rank of {not the smallest, the smallest}
+	if mine == ^lowest[0] {
+		v[1] = ^uint64(c.rank)
+	} else {
+		v[0] = ^uint64(c.rank)
+	}
+	if err := c.allReduceMax(v); err != nil {
+		return err
+	}
+	other := int(^v[0])
+	if mine != ^lowest[0] {
+		other = int(^v[1])
+	}
+	return status.Errorf(status.InvalidUsage,
+		"rank %d: rank %d runs with other GOCL_ALGO, GOCL_PROTO, GOCL_DIRECT_THRESHOLD or GOCL_BUFFSIZE settings than this rank (%s, direct up to %d B, chunk %d B): set them the same on every rank",
+		c.rank, other, s, s.DirectMax, c.chunk)
 }
 
 func sortedKeys(m map[string]bool) []string {
