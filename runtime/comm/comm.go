@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,8 +55,9 @@ type Comm struct {
 	lazy         bool
 	ready        map[lazyKey]bool // the call's goroutine's alone
 	in           inbox
-	linkMu       sync.Mutex  // links written after init (adopt), pairs, chHave, chLo
-	pairs        []pairState // by peer, when lazy
+	linkMu       sync.Mutex         // links written after init (adopt), pairs, chHave, chLo
+	pairs        map[int]*pairState // by peer, when lazy: the pairs touched (pair)
+	facts        *hostFacts         // derived from peers, shared with the table's other ranks here
 	chHave, chLo int
 
 	opMu    sync.Mutex  // one operation at a time; held for the whole call
@@ -115,6 +117,8 @@ type Options struct {
 	// none. Used when HasTimeout, else GOCL_TIMEOUT.
 	Timeout    time.Duration
 	HasTimeout bool
+
+	iface *bootstrap.Iface // InitAll's ranks: the interface chosen once for all of them
 }
 
 func (o Options) timeout() time.Duration {
@@ -234,8 +238,10 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
 	}
-	ifc, err := bootstrap.ChooseIfaceFor(root.IP)
-	if err != nil {
+	var ifc bootstrap.Iface
+	if opts.iface != nil {
+		ifc = *opts.iface
+	} else if ifc, err = bootstrap.ChooseIfaceFor(root.IP); err != nil {
 		return nil, err
 	}
 	ln, err := ifc.Listen()
@@ -276,12 +282,11 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 		redops: map[int32]preMulSum{}, nextOp: 5, ln: ln, secret: id.Secret(), lazy: me.Lazy}
 	c.ifc = ifc
 	if c.lazy {
-		c.pairs = make([]pairState, nranks)
+		c.pairs = map[int]*pairState{}
 	}
 	c.prog.waitsOn.Store(-1)
 	c.cond = sync.NewCond(&c.stateMu)
 	c.topology()
-	c.hosts = hostGroups(c.peers)
 	// Waiters poll less when this host's ranks outnumber its cores.
 	host.NoteRanks(c.localRanks)
 	if device < 0 { // no device given: one per local rank, as launchers assign GPUs
@@ -317,22 +322,14 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 
 // topology derives node and local ranks from the host identities.
 func (c *Comm) topology() {
-	nodes := map[string]int{}
-	for _, p := range c.peers {
-		if _, ok := nodes[p.Host]; !ok {
-			nodes[p.Host] = len(nodes)
-		}
-	}
-	c.nnodes = len(nodes)
-	c.node = nodes[c.peers[c.rank].Host]
-	for r, p := range c.peers {
-		if p.Host == c.peers[c.rank].Host {
-			if r < c.rank {
-				c.localRank++
-			}
-			c.localRanks++
-		}
-	}
+	f := hostsOf(c.peers)
+	c.facts = f
+	c.nnodes = len(f.groups)
+	c.node = int(f.nodeOf[c.rank])
+	local := f.groups[c.node]
+	c.localRanks = len(local)
+	c.localRank, _ = slices.BinarySearch(local, c.rank)
+	c.hosts = f.even()
 }
 
 func timeoutString(t time.Duration) string {
@@ -351,6 +348,15 @@ func InitAll(ndev int, devices []int, opts Options) ([]*Comm, error) {
 	if err != nil {
 		return nil, err
 	}
+	root, err := id.Root()
+	if err != nil {
+		return nil, err
+	}
+	ifc, err := bootstrap.ChooseIfaceFor(root.IP)
+	if err != nil {
+		return nil, err
+	}
+	opts.iface = &ifc
 	comms := make([]*Comm, ndev)
 	err = status.Parallel(ndev, func(i int) (err error) {
 		dev := i
@@ -438,7 +444,7 @@ func (c *Comm) linkNames() []string {
 		case l != nil:
 			out[p] = l.Name()
 		case p != c.rank && c.lazy:
-			out[p] = c.candidatesTo(p)[0].name
+			out[p] = firstConnector(&c.peers[c.rank], &c.peers[p]).name
 		}
 	}
 	return out

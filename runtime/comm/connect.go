@@ -95,6 +95,17 @@ func candidates(a, b *bootstrap.PeerInfo) []*connector {
 	return out
 }
 
+// firstConnector is candidates(a, b)[0] without building the list: what a
+// pair not yet connected will use (walked over every peer at init).
+func firstConnector(a, b *bootstrap.PeerInfo) *connector {
+	for i := range connectors {
+		if connectors[i].can(a, b) {
+			return &connectors[i]
+		}
+	}
+	return nil // socket's can is always true
+}
+
 // offer fills in what this rank publishes for connection choices.
 func offer(me *bootstrap.PeerInfo) {
 	me.NoP2P = config.Bool("P2P_DISABLE")
@@ -297,8 +308,8 @@ func (c *Comm) maxChannels() int {
 func (c *Comm) channelOffer() (have, lo int) {
 	lo, have, _ = c.channelSettings() // checked at the start of connect
 	if c.lazy {                       // the links to be: shared memory offers channels, the others one
-		for p := range c.peers {
-			if k := c.candidatesTo(p); p != c.rank && k[0].name != "shm" {
+		for name := range c.facts.firstConnectors(c.peers, c.rank) {
+			if name != "shm" {
 				have = 1
 			}
 		}

@@ -2,42 +2,116 @@ package comm
 
 import (
 	"fmt"
+	"sync"
+	"weak"
 
 	"gocl/runtime/bootstrap"
 )
 
-// hostGroups lists the ranks of each host (hosts in order of their lowest
-// rank, ranks in rank order), from the host identities every rank got from
-// the bootstrap, so every rank computes the same lists. nil when the hosts
-// have different numbers of ranks: the hierarchical all-reduce needs the
-// same number on each (local rank l of every host forms one cross-host ring).
-func hostGroups(peers []bootstrap.PeerInfo) [][]int {
-	index := map[string]int{}
-	var groups [][]int
-	for r, p := range peers {
-		h, ok := index[p.Host]
-		if !ok {
-			h = len(groups)
-			index[p.Host] = h
-			groups = append(groups, nil)
-		}
-		groups[h] = append(groups[h], r)
-	}
-	for _, g := range groups {
-		if len(g) != len(groups[0]) {
+// hostFacts is how the ranks sit on hosts, derived alike by every rank from
+// the rank table: groups lists the ranks of each host (hosts in order of
+// their lowest rank, ranks in rank order), nodeOf each rank's host.
+type hostFacts struct {
+	groups [][]int
+	nodeOf []int32
+
+	// The ranks by what decides a pair's transport (connectors' can):
+	// a rank's pairs not yet connected use, for each class, the first
+	// connector between its class and that one.
+	classes []peerClass
+	members []int // ranks per class
+	classOf []int32
+	mu      sync.Mutex
+	seen    map[int32]map[string]bool // by class, computed on first ask
+}
+
+// peerClass is what connectors' can functions read of a PeerInfo.
+type peerClass struct {
+	proc, shm string
+	noP2P     bool
+}
+
+// even is groups when every host has as many ranks, else nil: the
+// hierarchical all-reduce needs the same number on each (local rank l of
+// every host forms one cross-host ring).
+func (f *hostFacts) even() [][]int {
+	for _, g := range f.groups {
+		if len(g) != len(f.groups[0]) {
 			return nil
 		}
 	}
-	return groups
+	return f.groups
 }
 
-// tuneHosts tells the tuner how the ranks sit on hosts.
-func (c *Comm) tuneHosts() {
-	perHost := 0
-	if c.hosts != nil {
-		perHost = len(c.hosts[0])
+// The last table's facts: the ranks of a process share one table
+// (bootstrap/shared.go), so they are computed once for all of them, not
+// O(N) again per rank. Weak: the cache keeps no table alive.
+var lastHosts struct {
+	sync.Mutex
+	table weak.Pointer[bootstrap.PeerInfo]
+	n     int
+	facts *hostFacts
+}
+
+// hostsOf is peers' host facts (read-only: shared).
+func hostsOf(peers []bootstrap.PeerInfo) *hostFacts {
+	key := weak.Make(&peers[0])
+	lastHosts.Lock()
+	defer lastHosts.Unlock()
+	if lastHosts.table == key && lastHosts.n == len(peers) && lastHosts.facts != nil {
+		return lastHosts.facts
 	}
-	c.plan.SetHosts(c.nnodes, perHost)
+	f := &hostFacts{nodeOf: make([]int32, len(peers)), classOf: make([]int32, len(peers))}
+	classIndex := map[peerClass]int32{}
+	index := map[string]int{}
+	for r, p := range peers {
+		h, ok := index[p.Host]
+		if !ok {
+			h = len(f.groups)
+			index[p.Host] = h
+			f.groups = append(f.groups, nil)
+		}
+		f.groups[h] = append(f.groups[h], r)
+		f.nodeOf[r] = int32(h)
+		k := peerClass{p.Proc, p.Shm, p.NoP2P}
+		ci, ok := classIndex[k]
+		if !ok {
+			ci = int32(len(f.classes))
+			classIndex[k] = ci
+			f.classes = append(f.classes, k)
+			f.members = append(f.members, 0)
+		}
+		f.members[ci]++
+		f.classOf[r] = ci
+	}
+	lastHosts.table, lastHosts.n, lastHosts.facts = key, len(peers), f
+	return f
+}
+
+// firstConnectors is the transports rank r's pairs take when they connect
+// (the first candidate of each): one pass over the classes, shared by the
+// table's ranks. Read-only.
+func (f *hostFacts) firstConnectors(peers []bootstrap.PeerInfo, r int) map[string]bool {
+	k := f.classOf[r]
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s, ok := f.seen[k]; ok {
+		return s
+	}
+	me := bootstrap.PeerInfo{Proc: f.classes[k].proc, Shm: f.classes[k].shm, NoP2P: f.classes[k].noP2P}
+	s := map[string]bool{}
+	for j, cl := range f.classes {
+		if int32(j) == k && f.members[j] == 1 {
+			continue // r alone: no pair within its class
+		}
+		p := bootstrap.PeerInfo{Proc: cl.proc, Shm: cl.shm, NoP2P: cl.noP2P}
+		s[firstConnector(&me, &p).name] = true
+	}
+	if f.seen == nil {
+		f.seen = map[int32]map[string]bool{}
+	}
+	f.seen[k] = s
+	return s
 }
 
 // testHost lets tests place in-process ranks on fake hosts: a rank's host

@@ -49,6 +49,17 @@ type pairState struct {
 	err       error         // why accepting failed: the pair cannot be made, the communicator fails
 }
 
+// pair is p's state, made on first use: a rank holds state only for the
+// pairs it has touched. The caller holds linkMu.
+func (c *Comm) pair(p int) *pairState {
+	st := c.pairs[p]
+	if st == nil {
+		st = &pairState{}
+		c.pairs[p] = st
+	}
+	return st
+}
+
 // inbox holds the connections a peer made to this rank until the pair's
 // acceptor has them all.
 type inbox struct {
@@ -147,7 +158,7 @@ func (c *Comm) takeLink(body json.RawMessage) any {
 	}
 	q := h.Rank
 	c.linkMu.Lock()
-	st := &c.pairs[q]
+	st := c.pair(q)
 	// Turned away: q's connections lost the race, to this rank's own or
 	// (the link is made already) to the higher rank's, which q takes.
 	if c.links[q] != nil || st.dialing && q < c.rank && !st.accepting {
@@ -187,7 +198,7 @@ func (c *Comm) acceptPair(q int) {
 	}
 	c.in.drop(q)
 	c.linkMu.Lock()
-	st := &c.pairs[q]
+	st := c.pair(q)
 	st.accepting, st.err = false, err
 	close(st.done)
 	c.linkMu.Unlock()
@@ -266,7 +277,7 @@ func (c *Comm) need(peers []int) error {
 func (c *Comm) connectPair(p int, deadline time.Time) error {
 	for {
 		c.linkMu.Lock()
-		st := &c.pairs[p]
+		st := c.pair(p)
 		switch {
 		case c.links[p] != nil:
 			c.linkMu.Unlock()
@@ -352,7 +363,7 @@ func (c *Comm) awaitPeer(p int, deadline time.Time, done <-chan struct{}) error 
 		case <-tick.C:
 		}
 		c.linkMu.Lock()
-		st := c.pairs[p]
+		st := *c.pair(p)
 		linked := c.links[p] != nil
 		c.linkMu.Unlock()
 		if linked || done == nil && (st.accepting || st.err != nil) {
