@@ -108,9 +108,7 @@ func (c *Comm) collective(op *Op) (err error) {
 	sb, rb := c.sizes(op)
 	ch := c.plan.Pick(op.Coll, max(sb, rb))
 	if c.lazy && c.plan == nil {
-		// init's exchange (setupTuner) before there is a tuner: over a
-		// tree's links, not over a link to every rank.
-		ch = tune.Choice{Algo: tune.Tree}
+		ch = tune.Choice{Algo: c.initAlgo()}
 	}
 	c.live.set(op.Coll, op.Type, ch, 0, -1, max(sb, rb))
 	var start time.Time

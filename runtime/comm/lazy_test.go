@@ -23,10 +23,9 @@ func connected(c *Comm) []int {
 	return out
 }
 
-// initPeers is the ranks init's exchange connects c to: its tree
-// all-reduce's (tuning.go).
+// initPeers is the ranks init's exchange connects c to (initAlgo's).
 func initPeers(c *Comm) []int {
-	return c.peersOf(wire.AllReduce, tune.Tree, -1)
+	return c.peersOf(wire.AllReduce, c.initAlgo(), -1)
 }
 
 // TestRuntimeConnectDeclaresPeers runs the whole matrix, every algorithm
@@ -45,7 +44,7 @@ func TestRuntimeConnectDeclaresPeers(t *testing.T) {
 				setEnv(t, "GOCL_RUNTIME_CONNECT", "1", "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", fmt.Sprint(n%2), "GOCL_SOCKET_IFNAME", "lo",
 					"GOCL_BUFFSIZE", "8192", "GOCL_ALGO", algo, "GOCL_DIRECT_THRESHOLD", "0", "GOCL_TIMEOUT", "60")
 				clique(t, n, func(c *Comm) error {
-					// init's own exchange is a tree all-reduce: the tree's peers.
+					// init's own exchange: initAlgo's peers.
 					if got, want := connected(c), initPeers(c); len(got) > len(want) {
 						return fmt.Errorf("links to %v after init: only %v expected before a call", got, want)
 					}
@@ -58,7 +57,7 @@ func TestRuntimeConnectDeclaresPeers(t *testing.T) {
 
 // TestRuntimeConnectHoldsOnlyWhatItUses: a job that only all-reduces over
 // a ring holds the ring's 2 links per rank, over the tree at most 3 per
-// tree, and halving-doubling log2(n), beside init's exchange's (a tree's); a
+// tree, and halving-doubling log2(n), beside init's exchange's; a
 // later call of another shape adds its own.
 func TestRuntimeConnectHoldsOnlyWhatItUses(t *testing.T) {
 	const n = 8

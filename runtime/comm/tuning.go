@@ -32,6 +32,17 @@ const (
 	tuneWords   = tuneLinks + 8
 )
 
+// initAlgo runs init's exchange (setupTuner) before there is a tuner,
+// connecting on first use: over the links the tuner's small all-reduces
+// take next (recursive doubling at a power of two, else the tree), not a
+// link to every rank, in log2(n) rounds or a tree's depth.
+func (c *Comm) initAlgo() tune.Algo {
+	if c.nranks&(c.nranks-1) == 0 {
+		return tune.HalvingDoubling
+	}
+	return tune.Tree
+}
+
 // testSettings lets tests give one rank other tuning settings.
 var testSettings func(rank int, s tune.Settings) tune.Settings
 
