@@ -3,6 +3,7 @@ package comm
 import (
 	"sync"
 	"testing"
+	"time"
 
 	"gocl/kernels"
 	"gocl/runtime/wire"
@@ -57,6 +58,67 @@ func TestInProcessRanksShareTheTable(t *testing.T) {
 					}
 				}
 			}
+		})
+	}
+}
+
+// TestRecoveryAt32Ranks: the recovery path at 32 ranks, over shared memory
+// and sockets, connecting on first use: two ranks die inside an
+// all-reduce (rank 0, the first coordinator, among them); the survivors
+// agree on who is gone without a list, shrink to 30 ranks that all-reduce
+// right, then grow back by a new rank.
+func TestRecoveryAt32Ranks(t *testing.T) {
+	envs := transportEnvs[1:]
+	if testing.Short() {
+		envs = envs[1:] // sockets
+	}
+	for _, via := range envs {
+		t.Run(via.name, func(t *testing.T) {
+			setEnv(t, append([]string{"GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "20", "GOCL_RUNTIME_CONNECT", "1"}, via.env...)...)
+			const n = 32
+			comms, err := InitAll(n, nil, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				for _, c := range comms {
+					c.Destroy()
+				}
+			}()
+			dead := []int{0, 17}
+			survivors := complement(dead, n)
+			var wg sync.WaitGroup
+			for _, r := range survivors {
+				wg.Add(1)
+				go func() { defer wg.Done(); allReduce(comms[r], 1<<12) }()
+			}
+			time.Sleep(20 * time.Millisecond)
+			for _, r := range dead {
+				comms[r].Abort()
+			}
+			wg.Wait()
+			subs, errs := shrinkAll(comms, survivors, nil, func(r int) time.Duration { return time.Duration(r%4) * 5 * time.Millisecond })
+			shrunk := make([]*Comm, 0, len(survivors))
+			for _, r := range survivors {
+				if errs[r] != nil {
+					t.Fatalf("rank %d: shrink: %v", r, errs[r])
+				}
+				if subs[r].NRanks() != len(survivors) || subs[r].Rank() != len(shrunk) {
+					t.Fatalf("rank %d: got rank %d of %d, want %d of %d", r, subs[r].Rank(), subs[r].NRanks(), len(shrunk), len(survivors))
+				}
+				shrunk = append(shrunk, subs[r])
+			}
+			defer func() {
+				for _, c := range shrunk {
+					c.Destroy()
+				}
+			}()
+			grown, gerrs := growAll(t, shrunk)
+			all := make([]int, len(grown))
+			for i := range all {
+				all[i] = i
+			}
+			checkShrunk(t, grown, gerrs, all)
 		})
 	}
 }
