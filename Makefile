@@ -337,7 +337,7 @@ bench-heartbeat: venv
 
 # bench/scale.py (bench/SCALE.md): gocl's costs as ranks grow, gloo beside.
 bench-scale: venv
-	$(PY) bench/scale.py --procs 8,16,32,64,128 --inproc 64,256,1024 --lazy --markdown
+	$(PY) bench/scale.py --procs 8,16,32,64,128 --inproc 64,256,1024,4096 --lazy --markdown
 
 # bench/jax_stress.py: psum_scatter on a 2x2 mesh over gocl's MPI ABI and over
 # JAX's gloo, each result checked, wrong ones counted (bench/JAX_STRESS.md).
