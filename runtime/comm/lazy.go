@@ -333,8 +333,7 @@ func (c *Comm) dialPair(p int, deadline time.Time) error {
 			case errors.Is(err, bootstrap.ErrCrossed):
 				return err
 			case errors.Is(err, syscall.ECONNREFUSED):
-				return transport.NewError(transport.Error{Kind: transport.KindPeerClosed, Self: c.rank, Peer: p, Via: -1,
-					Detail: "connecting on first use: its probe port refuses connections", Err: err})
+				return c.peerGone(p, "connecting on first use:", err)
 			}
 			return status.Errorf(status.RemoteError, "rank %d: cannot connect to rank %d at %s on first use: %v", c.rank, p, c.peers[p].Addr, err)
 		}
@@ -379,12 +378,19 @@ func (c *Comm) awaitPeer(p int, deadline time.Time, done <-chan struct{}) error 
 		}
 		if now.After(nextProbe) {
 			if _, err := c.ask(p, wait); errors.Is(err, syscall.ECONNREFUSED) {
-				return transport.NewError(transport.Error{Kind: transport.KindPeerClosed, Self: c.rank, Peer: p, Via: -1,
-					Detail: "it did not finish connecting on first use, and its probe port refuses connections", Err: err})
+				return c.peerGone(p, "it did not finish connecting on first use, and", err)
 			}
 			nextProbe = time.Now().Add(wait)
 		}
 	}
+}
+
+// peerGone is the error for peer p whose listener refused a connection
+// (after what the detail begins with): its communicator is gone, as
+// culprit.go names it.
+func (c *Comm) peerGone(p int, doing string, err error) error {
+	return transport.NewError(transport.Error{Kind: transport.KindPeerClosed, Self: c.rank, Peer: p, Via: -1,
+		Detail: doing + " its probe port refuses connections", Err: err})
 }
 
 // adopt makes l this rank's link to p, from the call's goroutine or the
