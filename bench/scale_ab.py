@@ -62,7 +62,8 @@ def main() -> None:
                 a = scale.run_procs("gocl-lazy", n)
                 if a:
                     got.setdefault(("procs", n, name), []).append(a)
-                    print(f"round {rd} processes N={n} {name}: init {a['init']:.2f} s, first {a['first'] * 1e3:.1f} ms, fds {a['fds']}", flush=True)
+                    print(f"round {rd} processes N={n} {name}: init {a['init']:.2f} s (the latest rank {a['late'] * 1e3:.0f} ms late at the start), "
+                          f"first {a['first'] * 1e3:.1f} ms, fds {a['fds']}, shm {a['shm']:.1f} MiB, all {a['shm_total'] / 1024:.2f} GiB", flush=True)
     os.environ.pop("GOCL_LIBRARY", None)
     med = lambda rows, k: statistics.median(r[k] for r in rows)  # noqa: E731
     if inproc:
