@@ -54,6 +54,7 @@ type Comm struct {
 	// connected, and the channel counts agreed at init for the links to be.
 	lazy         bool
 	ready        map[lazyKey]bool // the call's goroutine's alone
+	lastReady    lazyKey          // the last shape found ready (zero: none; no call has Coll 0)
 	in           inbox
 	linkMu       sync.Mutex         // links written after init (adopt), pairs, chHave, chLo
 	pairs        map[int]*pairState // by peer, when lazy: the pairs touched (pair)
