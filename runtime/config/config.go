@@ -236,16 +236,29 @@ func parseSeconds(s string) (float64, error) {
 	return f, nil
 }
 
+// intRanges are the integer settings' bounds, checked at init.
+var intRanges = []struct {
+	name   string
+	lo, hi int
+	unit   string
+}{
+	{"SOCKET_NTHREADS", 1, math.MaxInt, "threads per socket link"},
+	{"NSOCKS_PERTHREAD", 1, math.MaxInt, "sockets per thread"},
+	{"BUFFSIZE", 1, math.MaxInt, "bytes"},
+	{"DIRECT_THRESHOLD", 0, math.MaxInt, "bytes; 0: never direct"},
+	{"SHM_BUDGET", 0, 1 << 30, "MiB; 0: no cap"},
+}
+
 // Check validates the numeric settings so a typo fails init with a clear
 // message instead of silently using a default.
 func Check() error {
-	for _, name := range []string{"SOCKET_NTHREADS", "NSOCKS_PERTHREAD", "BUFFSIZE", "DIRECT_THRESHOLD", "SHM_BUDGET"} {
-		n, err := Int(name)
+	for _, r := range intRanges {
+		n, err := Int(r.name)
 		if err != nil {
 			return err
 		}
-		if n < 0 || (name != "DIRECT_THRESHOLD" && name != "SHM_BUDGET" && n == 0) || name == "SHM_BUDGET" && n > 1<<30 {
-			return fmt.Errorf("GOCL_%s=%d is out of range", name, n)
+		if n < r.lo || n > r.hi {
+			return fmt.Errorf("GOCL_%s=%d is out of range: give %d to %d (%s)", r.name, n, r.lo, r.hi, r.unit)
 		}
 	}
 	if s := strings.TrimSpace(lookup("NET_GBPS")); s != "" {
