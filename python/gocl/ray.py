@@ -52,6 +52,7 @@ for torch tensors and :func:`torch_config`.
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
@@ -217,6 +218,89 @@ def _op_name(opts: Any, where: str) -> str:
 _generation: dict[str, int] = {}  # group name -> how many times this process has made it
 
 
+# Ray's private key-value store (ray.experimental.internal_kv: _internal_kv_put(key,
+# value, overwrite=True), _internal_kv_get(key), _internal_kv_del(key), in the GCS),
+# read in the source of the Ray versions in this gate, (lowest, highest) (major, minor).
+# Outside it gocl takes Ray's public API instead: a detached named actor holds the id
+# (slower to start, the same rendezvous). tests/engines/test_ray.py runs both and fails
+# when the installed Ray outgrows the gate (then read its source and raise it).
+KV_GATE = ((2, 60), (2, 60))
+
+
+def _ray_version() -> tuple[int, int]:
+    m = re.match(r"(\d+)\.(\d+)", getattr(ray, "__version__", ""))
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+class _PrivateKV:
+    """The unique id in Ray's internal key-value store (KV_GATE's Ray versions)."""
+
+    def __init__(self):
+        from ray.experimental import internal_kv  # noqa: PLC0415
+
+        self._kv = internal_kv
+
+    def put(self, key: str, value: bytes) -> None:
+        self._kv._internal_kv_put(key, value, overwrite=True)
+
+    def get(self, key: str) -> bytes | None:
+        return self._kv._internal_kv_get(key)
+
+    def delete(self, key: str) -> None:
+        self._kv._internal_kv_del(key)
+
+
+class _ActorKV:
+    """The unique id in a detached named actor (Ray's public API), one per key."""
+
+    @staticmethod
+    def _name(key: str) -> str:
+        return "gocl-uid:" + key
+
+    def put(self, key: str, value: bytes) -> None:
+        box = ray.remote(num_cpus=0)(_UidBox).options(
+            name=self._name(key), namespace="gocl", lifetime="detached", get_if_exists=True).remote()
+        ray.get(box.put.remote(value))
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            box = ray.get_actor(self._name(key), namespace="gocl")
+        except ValueError:  # not made yet
+            return None
+        return ray.get(box.get.remote())
+
+    def delete(self, key: str) -> None:
+        try:
+            ray.kill(ray.get_actor(self._name(key), namespace="gocl"))
+        except ValueError:
+            pass
+
+
+class _UidBox:
+    def __init__(self):
+        self._v = None
+
+    def put(self, v: bytes) -> None:
+        self._v = v
+
+    def get(self) -> bytes | None:
+        return self._v
+
+
+def _kv():
+    """Where rank 0 publishes a group's unique id: Ray's private store inside
+    KV_GATE (and only if it still has the three functions), else an actor."""
+    lo, hi = KV_GATE
+    if lo <= _ray_version() <= hi:
+        try:
+            kv = _PrivateKV()
+            if all(callable(getattr(kv._kv, f, None)) for f in ("_internal_kv_put", "_internal_kv_get", "_internal_kv_del")):
+                return kv
+        except ImportError:
+            pass
+    return _ActorKV()
+
+
 def _kv_key(group_name: str, generation: int) -> str:
     try:
         job = ray.get_runtime_context().get_job_id()
@@ -237,7 +321,7 @@ class GoclGroup(BaseGroup):
 
     def __init__(self, world_size: int, rank: int, group_name: str):
         super().__init__(world_size, rank, group_name)
-        from ray.experimental import internal_kv  # noqa: PLC0415
+        kv = _kv()
 
         gen = _generation.get(group_name, 0)
         _generation[group_name] = gen + 1
@@ -248,12 +332,12 @@ class GoclGroup(BaseGroup):
             from .comm import unique_id  # noqa: PLC0415
 
             uid = unique_id()
-            internal_kv._internal_kv_put(key, uid, overwrite=True)
+            kv.put(key, uid)
         else:
             deadline = time.monotonic() + timeout
             pause = 0.01
             while True:
-                uid = internal_kv._internal_kv_get(key)
+                uid = kv.get(key)
                 if uid is not None:
                     break
                 if time.monotonic() > deadline:
@@ -273,7 +357,7 @@ class GoclGroup(BaseGroup):
                 # below keeps any rank from making the next group of this name
                 # before the key is gone.
                 try:
-                    internal_kv._internal_kv_del(key)
+                    kv.delete(key)
                 except Exception:  # noqa: BLE001 - a stale key only names an old round
                     pass
         self._comm.barrier()

@@ -58,8 +58,7 @@ def _inputs(rank: int, dtype=np.float32) -> np.ndarray:
     return rng.integers(-8, 9, SHAPE).astype(dtype)
 
 
-@ray.remote(num_cpus=1)
-class Member:
+class _Member:
     """One rank: registers gocl in its own process (Ray builds the group here)."""
 
     def __init__(self, rank: int):
@@ -127,6 +126,9 @@ class Member:
 
     def leave(self, name: str) -> None:
         col.destroy_collective_group(name)
+
+
+Member = ray.remote(num_cpus=1)(_Member)
 
 
 def _expected() -> dict:
@@ -385,3 +387,46 @@ def _wait_port(host, port: int, proc, seconds: float = 60) -> None:
         assert proc.poll() is None, f"the Ray head's `ray start` exited with {proc.returncode}"
         assert time.monotonic() < deadline, f"the Ray head did not listen on {host.addr}:{port} in {seconds:g} s"
         time.sleep(0.5)
+
+
+def test_private_kv_gate_covers_this_ray():
+    """gocl reads Ray's private internal_kv only in the Ray versions whose
+    source was read (gocl.ray.KV_GATE); a newer Ray takes the public path
+    and this test says to read its source and raise the gate."""
+    lo, hi = gocl_ray.KV_GATE
+    assert lo <= gocl_ray._ray_version() <= hi, (
+        f"Ray {ray.__version__} is outside gocl.ray.KV_GATE {gocl_ray.KV_GATE}: read ray.experimental.internal_kv "
+        "in its source (_internal_kv_put/_get/_del) and raise the gate")
+    from ray.experimental import internal_kv  # noqa: PLC0415
+
+    assert isinstance(gocl_ray._kv(), gocl_ray._PrivateKV)
+    for f in ("_internal_kv_put", "_internal_kv_get", "_internal_kv_del"):
+        assert callable(getattr(internal_kv, f))
+
+
+class _PublicKVMember(_Member):
+    """A rank whose gocl.ray takes Ray's public path (as outside KV_GATE)."""
+
+    def __init__(self, rank: int):
+        super().__init__(rank)
+        gocl_ray.KV_GATE = ((0, 0), (0, 0))
+        assert isinstance(gocl_ray._kv(), gocl_ray._ActorKV)
+
+
+PublicKVMember = ray.remote(num_cpus=1)(_PublicKVMember)
+
+
+def test_public_kv_outside_the_gate(cluster):
+    """Outside KV_GATE the unique id goes through a detached named actor
+    (Ray's public API): the group works as on the private store, twice under
+    one name, and the actor is gone once every rank joined."""
+    name = "public-kv"
+    members = [PublicKVMember.remote(r) for r in range(WORLD)]
+    for _ in range(2):
+        assert ray.get([m.join.remote(WORLD, name) for m in members]) == [0, 1]
+        _check(ray.get([m.run.remote(name, "numpy") for m in members]))
+        ray.get([m.leave.remote(name) for m in members])
+    actors = [a for a in ray.util.list_named_actors(all_namespaces=True) if a.get("namespace") == "gocl"]
+    assert actors == [], actors
+    for m in members:
+        ray.kill(m)
