@@ -25,7 +25,7 @@ MPIABI_SOURCES := mpiabi/gocl_mpiabi.c mpiabi/launcher_world.c mpiabi/launcher_w
 PERF_SOURCES := bench/gocl_perf.c bench/perf_common.c bench/perf_common.h tests/c/launch.c tests/c/launch.h capi/gocl.h
 DOCTOR_SOURCES := $(shell find cmd/gocl-doctor doctor -type f 2>/dev/null) go.mod $(wildcard go.sum)
 
-.PHONY: mpiabi-gen test-mpiabi help lib run perf test test-go test-race test-c test-python test-engines test-slurm test-lightning test-hf test-ray slurm tmux test-torch27 test-torch-upstream test-torch-upstream-short venv pylib fuzz fuzz-short test-reliability bench bench-jax bench-jax-collectives bench-jax-stress bench-heartbeat bench-scale bench-multihost bench-encrypt test-torchft torchft-short bench-torchft mpi clean wheels wheel-tools qemu test-sdist
+.PHONY: mpiabi-gen test-mpiabi help lib run perf test test-go test-race test-c test-python test-engines test-slurm test-lightning test-hf test-ray slurm tmux test-torch27 test-torch-upstream test-torch-upstream-short venv pylib fuzz fuzz-short test-reliability bench bench-jax bench-jax-collectives bench-jax-stress bench-heartbeat bench-scale bench-multihost bench-encrypt test-torchft torchft-short bench-torchft docs mpi clean wheels wheel-tools qemu test-sdist
 
 help:
 	@echo "make run    - set up .venv, then the main job: examples/ddp_train.py (DDP) on 4 local ranks over gocl and gloo in turn"
@@ -42,13 +42,14 @@ help:
 	@echo "make bench-jax - gocl.jax vs JAX's gloo psum, mpi4jax (installed here over Debian's Open MPI) and gocl's numpy API, 2 processes"
 	@echo "make bench-jax-collectives - jitted psum, psum_scatter, all_gather 8 B..64 MiB: gocl's MPI ABI (JAX's own collectives) vs JAX's gloo vs gocl.jax's FFI vs gocl's numpy API, 2 and 4 processes (bench/JAX_MPIABI.md)"
 	@echo "make bench-jax-stress - 1000 checked psum_scatter calls on a 2x2 mesh (4 processes), gocl's MPI ABI vs JAX's gloo alternated, wrong results counted in bench/JAX_STRESS.md"
-	@echo "make bench-scale - how init, memory, fds and latency grow with the ranks: 8 to 128 processes beside torch's gloo, 64 to 1024 in-process ranks (bench/SCALE.md)"
+	@echo "make bench-scale - how init, memory, fds and latency grow with the ranks: 8 to 128 processes beside torch's gloo, 64 to 4096 in-process ranks (bench/SCALE.md)"
 	@echo "make bench-heartbeat - 64 processes: a stopped rank named in a call and between calls, then 10 minutes of calls, idle and busy phases under extra load without one heartbeat verdict (bench/HEARTBEAT.md)"
 	@echo "make fuzz   - run each fuzz target (Go, and from_env's id exchange) for FUZZTIME (default 30s)"
 	@echo "make test-torchft - gocl.torchft's tests and a short torchft run (kill, restart, heal) on gocl, gloo, babygloo; make bench-torchft: the timed run"
 	@echo "make bench-multihost - gocl vs torch gloo vs OpenMPI across hosts on shaped links (network namespaces, tc tbf; root), bench/MULTIHOST.md"
 	@echo "make bench-encrypt   - the cost of GOCL_SOCKET_ENCRYPT=1 on shaped links (1, 4 Gbit/s), unshaped and loopback, bench/ENCRYPT.md"
 	@echo "make test-reliability - multi-host over network namespaces (also torchrun), resource hygiene over 100,000 calls (long)"
+	@echo "make docs   - the docs as a site in $(BUILD)/site: README.md, docs/ and the Python API from its docstrings (mkdocs, mkdocstrings; tests/python/test_docs.py builds it)"
 	@echo "make wheels - release files in $(DIST)/: the sdist and manylinux_2_17 wheels for x86_64 and aarch64, each checked"
 	@echo "make test-sdist - install the sdist where PATH has no Go and no C compiler (minutes)"
 	@echo "parts of make test: make test-go (vet, unit and multi-process tests; fuzz-short first), make test-race (-race -short),"
@@ -169,6 +170,17 @@ test-go: fuzz-short
 	GOCL_RUNTIME_CONNECT=0 $(GO_NVML_QUIET) $(GO) test -count=1 -short -run '$(MESH_TESTS)' ./runtime/comm
 MESH_TESTS := Collectives|Timeout|Mismatched|Abort|PeerFailure|Process|RecvAny|Shrink|Review|Revoke|Grow|Split|Views|Trace|Stream
 
+# The docs as a site (mkdocs.yml): the pages are copied first, README.md as
+# the home page, so that the site's sources are the files the repository shows.
+docs: $(VENV)/.docs-installed
+	rm -rf $(BUILD)/docs-src && mkdir -p $(BUILD)/docs-src
+	cp docs/*.md $(BUILD)/docs-src/ && cp README.md $(BUILD)/docs-src/index.md
+	$(PY) -m mkdocs build --strict --quiet -f mkdocs.yml
+
+$(VENV)/.docs-installed: $(VENV)/.gocl-installed
+	$(UV) pip install --python $(PY) -e ".[docs]"
+	@touch $@
+
 # Each Go fuzz target briefly (make test); make fuzz runs them for FUZZTIME.
 # The short run counts executions, not seconds: go1.26's coordinator can fail
 # a run whose -fuzztime deadline fires mid-call on a loaded machine
@@ -191,7 +203,7 @@ test-c: $(BUILD)/gocl_test $(BUILD)/fork_test $(BUILD)/slack_test $(BUILD)/env_t
 	for n in 1 2 3 4 5; do $(BUILD)/gocl_test -n $$n || exit 1; done
 	$(BUILD)/gocl_test -n 3 --kill-rank 1
 
-test-python: venv $(VENV)/.torchft-installed $(FAKE_NVML) wheel-tools qemu mpi tmux
+test-python: venv $(VENV)/.torchft-installed $(VENV)/.docs-installed $(FAKE_NVML) wheel-tools qemu mpi tmux
 	$(PY) -m pytest tests/python -q
 
 # Where users' jobs run (tests/engines): srun tasks as ranks on a throwaway

@@ -71,3 +71,19 @@ def test_the_readme_folder_table_matches_the_tree():
     assert not missing, f"README's folder table does not name {missing}"
     gone = sorted(n for n in named if "." not in n.split("/")[-1] and not (REPO / n).is_dir())
     assert not gone, f"README's folder table names folders that do not exist: {gone}"
+
+
+def test_the_docs_build_as_a_site():
+    """`make docs` builds the site: mkdocs --strict fails on a page the nav
+    names that is missing, or an API name mkdocstrings cannot resolve; the
+    API page carries the numpy and JAX front ends from their docstrings."""
+    if not shutil.which("make"):
+        pytest.skip("no make")
+    r = subprocess.run(["make", "-s", "docs"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    site = REPO / "build" / "site"
+    api = (site / "api" / "index.html").read_text()
+    for name in ("Communicator", "all_reduce", "reduce_scatter", "initialize", "GoclTimeoutError"):
+        assert name in api, f"the API page has no {name}"
+    home = (site / "index.html").read_text()
+    assert "The two commands" in home
