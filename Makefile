@@ -171,10 +171,11 @@ test-go: fuzz-short
 MESH_TESTS := Collectives|Timeout|Mismatched|Abort|PeerFailure|Process|RecvAny|Shrink|Review|Revoke|Grow|Split|Views|Trace|Stream
 
 # The docs as a site (mkdocs.yml): the pages are copied first, README.md as
-# the home page, so that the site's sources are the files the repository shows.
+# the home page (its links into docs/ made the site's), so that the site's
+# sources are the files the repository shows.
 docs: $(VENV)/.docs-installed
 	rm -rf $(BUILD)/docs-src && mkdir -p $(BUILD)/docs-src
-	cp docs/*.md $(BUILD)/docs-src/ && cp README.md $(BUILD)/docs-src/index.md
+	cp docs/*.md $(BUILD)/docs-src/ && sed 's#](docs/#](#g' README.md > $(BUILD)/docs-src/index.md
 	$(PY) -m mkdocs build --strict --quiet -f mkdocs.yml
 
 $(VENV)/.docs-installed: $(VENV)/.gocl-installed
