@@ -390,7 +390,7 @@ tmux:
 mpi:
 	command -v mpicc >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openmpi-bin libopenmpi-dev)
 
-# Release files (README "Releasing"): the sdist, and one wheel per platform,
+# Release files (docs/RELEASING.md): the sdist, and one wheel per platform,
 # cross-compiled on this machine (Go's GOARCH, cgo through zig cc from PyPI,
 # aimed at glibc 2.17: hatch_build.py), then checked by packaging/check_wheel.py
 # (architecture, needed libraries, glibc symbol versions, exported API,

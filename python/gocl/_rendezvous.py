@@ -122,7 +122,7 @@ def _warn_open(addr: str, port: int) -> None:
     _warned = True
     print(f"gocl: {SECRET_VAR} is not set: any process that reaches {addr}:{port} (MASTER_ADDR:MASTER_PORT) can "
           "fetch this job's unique id and join or revoke it; start the ranks with `gocl run`, or export the same "
-          "random secret on every rank (README: Threat model)", file=sys.stderr, flush=True)
+          "random secret on every rank (docs/SECURITY.md)", file=sys.stderr, flush=True)
 
 
 def exchange(addr: str, port: int, rank: int, world: int, gen: int, limit: float, secret: str) -> bytes:

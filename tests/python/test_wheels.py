@@ -1,4 +1,4 @@
-"""Release wheels the way users meet them (`make wheels`, README "Releasing").
+"""Release wheels the way users meet them (`make wheels`, docs/RELEASING.md).
 
 `make wheels` builds the manylinux_2_17 wheels for x86_64 and aarch64 on this
 machine and checks them (packaging/check_wheel.py: ELF machine, needed
