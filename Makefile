@@ -2,7 +2,7 @@
 GO      ?= go
 CC      ?= gcc
 BUILD   := build
-SOURCES := $(shell find capi runtime kernels jax_ffi -name '*.go' -o -name '*.c' -o -name '*.h' -o -name '*.s') go.mod runtime/version/VERSION
+SOURCES := $(shell find capi runtime kernels jaxffi -name '*.go' -o -name '*.c' -o -name '*.h' -o -name '*.s') go.mod runtime/version/VERSION
 RPATH   := -Wl,-rpath,'$$ORIGIN'
 CFLAGS  := -O2 -Wall -Wextra -I$(BUILD)/include -Itests/c
 # Python: a uv-made .venv with gocl installed editable (extras torch, jax, test).
@@ -21,7 +21,7 @@ PYDOCTOR := python/gocl/_native/gocl-doctor
 PYPERF  := python/gocl/_native/gocl-perf
 # gocl behind MPItrampoline's MPI ABI (JAX_CPU_COLLECTIVES_IMPLEMENTATION=mpi, MPITRAMPOLINE_LIB=$(gocl mpi-abi)).
 PYMPIABI := python/gocl/_native/libgocl_mpiabi.so
-MPIABI_SOURCES := mpiabi/gocl_mpiabi.c mpiabi/launcher_world.c mpiabi/launcher_world.h mpiabi/mpiabi_stubs.c mpiabi/mpiabi_consts.h jax_ffi/memory.c jax_ffi/memory.h capi/gocl.h
+MPIABI_SOURCES := mpiabi/gocl_mpiabi.c mpiabi/launcher_world.c mpiabi/launcher_world.h mpiabi/mpiabi_stubs.c mpiabi/mpiabi_consts.h jaxffi/memory.c jaxffi/memory.h capi/gocl.h
 PERF_SOURCES := bench/gocl_perf.c bench/perf_common.c bench/perf_common.h tests/c/launch.c tests/c/launch.h capi/gocl.h
 DOCTOR_SOURCES := $(shell find cmd/gocl-doctor doctor -type f 2>/dev/null) go.mod $(wildcard go.sum)
 
@@ -118,7 +118,7 @@ $(BUILD)/gocl_test: tests/c/gocl_test.c tests/c/launch.c tests/c/launch.h lib
 	$(CC) $(CFLAGS) tests/c/gocl_test.c tests/c/launch.c -L$(BUILD) -lgocl -lm $(RPATH) -o $@
 
 # gocl's XLA FFI handlers on hand-built call frames (no JAX needed).
-$(BUILD)/jax_ffi_test: tests/c/jax_ffi_test.c jax_ffi/xla_ffi.h lib
+$(BUILD)/jaxffi_test: tests/c/jaxffi_test.c jaxffi/xla_ffi.h lib
 	$(CC) $(CFLAGS) -std=gnu11 $< -L$(BUILD) -lgocl -lpthread $(RPATH) -o $@
 
 $(BUILD)/fork_test: tests/c/fork_test.c lib
@@ -194,13 +194,13 @@ fuzz-short:
 # The race detector is slow: -short trims the big matrices, and it covers
 # what libgocl.so links (the doctor's own packages run in test-go).
 test-race:
-	$(GO_NVML_QUIET) $(GO) test -count=1 -race -short ./runtime/... ./capi/... ./jax_ffi/... ./kernels/...
+	$(GO_NVML_QUIET) $(GO) test -count=1 -race -short ./runtime/... ./capi/... ./jaxffi/... ./kernels/...
 
-test-c: $(BUILD)/gocl_test $(BUILD)/fork_test $(BUILD)/slack_test $(BUILD)/env_test $(BUILD)/jax_ffi_test
+test-c: $(BUILD)/gocl_test $(BUILD)/fork_test $(BUILD)/slack_test $(BUILD)/env_test $(BUILD)/jaxffi_test
 	$(BUILD)/fork_test
 	$(BUILD)/slack_test
 	$(BUILD)/env_test
-	$(BUILD)/jax_ffi_test
+	$(BUILD)/jaxffi_test
 	for n in 1 2 3 4 5; do $(BUILD)/gocl_test -n $$n || exit 1; done
 	$(BUILD)/gocl_test -n 3 --kill-rank 1
 

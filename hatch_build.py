@@ -210,8 +210,8 @@ ARTIFACTS = [
     CArtifact("gocl-perf", ("bench/gocl_perf.c", "bench/perf_common.c", "tests/c/launch.c")),
     # `gocl mpi-abi` names it: gocl behind MPItrampoline's MPI ABI (JAX's CPU collectives over MPI).
     CArtifact("libgocl_mpiabi.so", ("mpiabi/gocl_mpiabi.c", "mpiabi/launcher_world.c", "mpiabi/mpiabi_stubs.c",
-                                    "jax_ffi/memory.c"),
-              ("-shared", "-fPIC", "-fvisibility=hidden", "-Impiabi", "-Ijax_ffi", "-Wl,--no-undefined")),
+                                    "jaxffi/memory.c"),
+              ("-shared", "-fPIC", "-fvisibility=hidden", "-Impiabi", "-Ijaxffi", "-Wl,--no-undefined")),
 ]
 
 

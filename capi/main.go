@@ -9,6 +9,6 @@ package main
 import "C"
 
 // The JAX FFI handlers live in the same library.
-import _ "gocl/jax_ffi"
+import _ "gocl/jaxffi"
 
 func main() {}

@@ -54,7 +54,7 @@
 #include <unistd.h>
 
 #include "gocl.h"
-#include "memory.h" /* jax_ffi/memory.c: result memory, shared with gocl.jax's FFI calls */
+#include "memory.h" /* jaxffi/memory.c: result memory, shared with gocl.jax's FFI calls */
 #include "launcher_world.h"
 #include "mpiabi_consts.h"
 
@@ -521,7 +521,7 @@ EXPORT int gocl_mpiabi_launcher_world(const char* hostname, char* out, size_t le
  * glibc maps fresh pages for it on every call, and each page fault inside
  * gocl's ring stalls the peer too (psum of 32 MiB over 2 processes: 33 ms,
  * against 7.4 ms for the numpy API; bench/JAX_MPIABI.md). As gocl.jax's FFI
- * calls do (jax_ffi/memory.c), glibc is told to keep freed memory for reuse
+ * calls do (jaxffi/memory.c), glibc is told to keep freed memory for reuse
  * (GOCL_JAX_MALLOC=0 leaves malloc alone; MALLOC_* or GLIBC_TUNABLES set by
  * the user win), and a result still on fresh pages is populated before the
  * collective starts. */
@@ -540,7 +540,7 @@ static void keep_result_memory(void) {
       if (strlen(on[i]) == n && strncasecmp(v, on[i], n) == 0) yes = 1;
     if (!yes) return;
   }
-  gocl_jax_keep_freed_memory((size_t)256 << 20); /* jax_ffi/memory.go's keepBytes */
+  gocl_jax_keep_freed_memory((size_t)256 << 20); /* jaxffi/memory.go's keepBytes */
 }
 
 static int do_init(int required, int* provided) {

@@ -13,7 +13,7 @@ and re-numbers every gocl call from its place in the program: the module's
 name, the source position of each call on the way from ``main`` to it, its
 traced site, and its rank among the calls with those in program order. None
 of that depends on the order in which programs were traced or compiled, on
-threads, or on constants that differ between ranks; the lanes (jax_ffi/)
+threads, or on constants that differ between ranks; the lanes (jaxffi/)
 count executions per site.
 """
 

@@ -18,7 +18,7 @@ collectives, for those who want them.
 
 The world comes up from the environment on first use (or ``gocl.jax.init``).
 Ranks are numbered ``process_rank * local_devices + device``. Collectives run
-through gocl's handlers in libgocl.so (``jax_ffi/``); every call carries its
+through gocl's handlers in libgocl.so (``jaxffi/``); every call carries its
 call site, so collectives that XLA runs concurrently or in another order on
 each rank still pair up (see the README, "JAX").
 """

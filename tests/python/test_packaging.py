@@ -80,7 +80,7 @@ def test_sdist_carries_the_go_sources(built):
         names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
     assert {"go.mod", "hatch_build.py", "pyproject.toml", "capi/gocl.h", "python/gocl/__init__.py"} <= names
     assert any(n.startswith("runtime/comm/") and n.endswith(".go") for n in names)
-    assert {"jax_ffi/handlers.c", "jax_ffi/xla_ffi.h", "jax_ffi/jax_ffi.go"} <= names  # linked into libgocl.so
+    assert {"jaxffi/handlers.c", "jaxffi/xla_ffi.h", "jaxffi/jaxffi.go"} <= names  # linked into libgocl.so
     assert not any(n.startswith("python/gocl/_native/") for n in names)
 
 

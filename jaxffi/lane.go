@@ -18,7 +18,7 @@ import (
 // (an id fixed when the program was traced) and the lane counts the calls
 // per site: (site, n) names the call on every rank. The ranks' owners
 // all-gather their oldest queued calls (up to maxBatch) in an order round
-// (agree.go) and every rank runs rank 0's list in that order; a small call
+// (order.go) and every rank runs rank 0's list in that order; a small call
 // that every rank proposed first is settled by the round itself. The choice
 // is always safe: rank 0 has only queued calls whose inputs are ready, so
 // none of them waits on a call that has not run.
@@ -38,7 +38,7 @@ type lane struct {
 	count    map[int64]uint64
 	owner    owner
 	rest     []tag                       // named calls the goroutine runs before asking rank 0 again
-	round    []byte                      // the order round's blocks (agree.go), used by the owner only
+	round    []byte                      // the order round's blocks (order.go), used by the owner only
 	mine     []tag                       // the owner's scratch for the order round's proposal
 	calls    []*call                     // and for the proposed calls
 	reducers map[[2]int]*kernels.Reducer // by (dtype, op), made by the owner's order rounds

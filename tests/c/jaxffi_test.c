@@ -1,5 +1,5 @@
 /*
- * jax_ffi_test.c — gocl's XLA FFI handlers driven by hand-built call frames,
+ * jaxffi_test.c — gocl's XLA FFI handlers driven by hand-built call frames,
  * without JAX: a fake XLA_FFI_Api (errors, futures, device ordinals) stands
  * in for the runtime. Checks the registration handshake (API 0.1, nothing
  * written past the 0.1 metadata struct), attribute and buffer decoding
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../jax_ffi/xla_ffi.h"
+#include "../../jaxffi/xla_ffi.h"
 
 int goclJaxWorldInit(char *uid, int nprocs, int proc, int ndev, const int64_t *devices, int64_t *out, char *msg,
                      size_t msglen);
@@ -420,7 +420,7 @@ int main(void) {
         expect_error(e, GX_FAILED_PRECONDITION, "gocl.jax all_reduce on CUDA: cannot load the CUDA runtime",
                      "no cudart");
     } else { /* a CUDA machine: the fake stream is not one; any CUDA error is reported, never a crash */
-        printf("jax_ffi_test: CUDA runtime present; the fake-frame CUDA call returned: %s\n", e ? e->msg : "ok");
+        printf("jaxffi_test: CUDA runtime present; the fake-frame CUDA call returned: %s\n", e ? e->msg : "ok");
         free(e);
     }
     make(&fr, &api_full, 0, GX_PRED, x, 3, y, 3, 1, 0, 0, 1, NULL, 0);
@@ -429,9 +429,9 @@ int main(void) {
     rc = goclJaxWorldInit(NULL, 2, 5, 1, NULL, &world, msg, sizeof msg);
     CHECK(rc == 4 && strstr(msg, "world_size=2") != NULL, "bad init: %d %s", rc, msg);
     if (failures) {
-        fprintf(stderr, "jax_ffi_test: %d failures\n", failures);
+        fprintf(stderr, "jaxffi_test: %d failures\n", failures);
         return 1;
     }
-    printf("jax_ffi_test: ok\n");
+    printf("jaxffi_test: ok\n");
     return 0;
 }
