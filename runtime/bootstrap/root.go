@@ -153,7 +153,9 @@ func serveRoot(ln *net.TCPListener, secret []byte, timeout time.Duration, stop <
 				leader := map[string]int{} // the rank that takes the table for each process
 				for _, r := range tree {
 					if p := peers[r].Proc; p != "" {
-						leader[p] = r
+						if _, ok := leader[p]; !ok {
+							leader[p] = r
+						}
 					}
 				}
 				if bad := orphans(peers, leader); bad != "" {

@@ -367,3 +367,34 @@ func TestASharedTableBrokenOffFailsTheProcess(t *testing.T) {
 		t.Errorf("took %s: waited for a timeout", d)
 	}
 }
+
+// The root names a table no rank can take: a rank that joined to take its
+// process's copy where no rank of that process takes one, or a process
+// with two takers (orphans); a real process always has exactly one.
+func TestOrphansAreNamed(t *testing.T) {
+	peers := []PeerInfo{{Rank: 0, Proc: "a", Boot: "x:1"}, {Rank: 1, Proc: "a"}, {Rank: 2, Proc: "", Boot: "x:2"}}
+	leader := func(peers []PeerInfo) map[string]int {
+		m := map[string]int{}
+		for _, r := range newTableTree(peers) {
+			if p := peers[r].Proc; p != "" {
+				if _, ok := m[p]; !ok {
+					m[p] = r
+				}
+			}
+		}
+		return m
+	}
+	if bad := orphans(peers, leader(peers)); bad != "" {
+		t.Fatalf("a good table: %s", bad)
+	}
+	noLeader := append([]PeerInfo(nil), peers...)
+	noLeader[1].Proc = "b"
+	if bad := orphans(noLeader, leader(noLeader)); !strings.Contains(bad, "rank 1 joined to take the rank table from another rank of its process, and none has joined") {
+		t.Errorf("a rank whose process has no taker: %q", bad)
+	}
+	two := append([]PeerInfo(nil), peers...)
+	two[1].Boot = "x:3"
+	if bad := orphans(two, leader(two)); !strings.Contains(bad, "ranks 0 and 1 both take the rank table for one process") {
+		t.Errorf("a process with two takers: %q", bad)
+	}
+}
