@@ -54,8 +54,10 @@ func handshakeBy(deadline time.Time, patient bool) time.Time {
 
 // Join meets the other ranks at the id's root: it sends this rank's info and
 // returns every rank's, indexed by rank. The table comes down the bootstrap
-// tree (table.go): from the root for ranks 0 and 1, from the parent for the
-// others; a rank passes it on to its children before returning.
+// tree (table.go), one rank per process: from the root for the tree's first
+// two, from the parent for the others, and a rank passes it on to its
+// children before returning; the process's other ranks take that copy
+// (shared.go).
 func Join(id *ID, me PeerInfo, deadline time.Time) ([]PeerInfo, error) {
 	root, err := id.Root()
 	if err != nil {
