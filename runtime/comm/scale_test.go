@@ -4,9 +4,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"gocl/kernels"
-	"gocl/runtime/wire"
 )
 
 // TestInProcessRanksShareTheTable: the ranks of one process hold one copy
@@ -21,7 +18,10 @@ func TestInProcessRanksShareTheTable(t *testing.T) {
 			if lazy == "0" || testing.Short() {
 				n = 33 // the mesh's N² links
 			}
-			comms := localComms(t, n)
+			comms, err := InitAll(n, nil, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
 			for r, c := range comms {
 				if &c.peers[0] != &comms[0].peers[0] || c.facts != comms[0].facts || c.plan != comms[0].plan {
 					t.Fatalf("rank %d holds its own table, facts or plan", r)
@@ -30,34 +30,7 @@ func TestInProcessRanksShareTheTable(t *testing.T) {
 					t.Fatalf("rank %d: local rank %d of %d on %d nodes", r, c.localRank, c.localRanks, c.nnodes)
 				}
 			}
-			bufs := make([][]byte, n)
-			errs := make([]error, n)
-			var wg sync.WaitGroup
-			for r, c := range comms {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					b := make([]byte, 4*5)
-					for i := range 5 {
-						encode(kernels.Float32, b[4*i:], float64(r+i))
-					}
-					bufs[r] = b
-					errs[r] = c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(b), Recv: ptr(b), Count: 5, Type: kernels.Float32, RedOp: int32(kernels.Sum)})
-				}()
-			}
-			wg.Wait()
-			for r, err := range errs {
-				if err != nil {
-					t.Fatalf("rank %d: %v", r, err)
-				}
-			}
-			for r, b := range bufs {
-				for i := range 5 {
-					if v, want := decode(kernels.Float32, b[4*i:]), float64(n*(n-1)/2+n*i); v != want {
-						t.Fatalf("rank %d element %d: %v, want %v", r, i, v, want)
-					}
-				}
-			}
+			checkShrunk(t, comms, make([]error, n), complement(nil, n)) // all-reduces right, then destroys
 		})
 	}
 }
@@ -114,11 +87,7 @@ func TestRecoveryAt32Ranks(t *testing.T) {
 				}
 			}()
 			grown, gerrs := growAll(t, shrunk)
-			all := make([]int, len(grown))
-			for i := range all {
-				all[i] = i
-			}
-			checkShrunk(t, grown, gerrs, all)
+			checkShrunk(t, grown, gerrs, complement(nil, len(grown)))
 		})
 	}
 }
