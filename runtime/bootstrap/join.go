@@ -131,14 +131,14 @@ func joinRoot(c net.Conn, root *net.TCPAddr, id *ID, me PeerInfo, share *sharedT
 	c.Close()
 	if boot == nil {
 		peers, err := share.take(me.Rank, deadline)
-		if err == nil && peers[me.Rank] != me {
-			err = status.Errorf(status.InternalError, "rank %d: the rank table's entry for this rank is not what it sent", me.Rank)
+		if err == nil {
+			err = ownEntry(peers, me)
 		}
 		return peers, err
 	}
 	peers, msgs, err := receiveTable(me.Rank, reply.From, me.NRanks, boot, id.Secret(), deadline)
-	if err == nil && peers[me.Rank] != me {
-		err = status.Errorf(status.InternalError, "rank %d: the rank table's entry for this rank is not what it sent", me.Rank)
+	if err == nil {
+		err = ownEntry(peers, me)
 	}
 	if share != nil {
 		share.publish(peers, err) // the process's other ranks go on at once
@@ -149,6 +149,14 @@ func joinRoot(c net.Conn, root *net.TCPAddr, id *ID, me PeerInfo, share *sharedT
 	}
 	passOn(me.Rank, newTableTree(peers), peers, msgs, id.Secret(), deadline) // as it came: no encoding again
 	return peers, nil
+}
+
+// ownEntry checks that the table holds what this rank sent the root.
+func ownEntry(peers []PeerInfo, me PeerInfo) error {
+	if peers[me.Rank] != me {
+		return status.Errorf(status.InternalError, "rank %d: the rank table's entry for this rank is not what it sent", me.Rank)
+	}
+	return nil
 }
 
 // IsTimeout reports a network wait that passed its deadline.

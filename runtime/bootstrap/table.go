@@ -17,8 +17,9 @@ import (
 // The rank table goes down a binary tree, not from the root to every rank:
 // the root sends it to the first two ranks of the tree (tableTree: one rank
 // per process, the process's other ranks share its copy), and the rank at
-// position i passes it on to positions 2i+2 and 2i+3. The root's traffic is then O(N) (two tables, and a short answer
-// naming two addresses per rank) where a table per rank was O(N²) and capped
+// position i passes it on to positions 2i+2 and 2i+3. The root's traffic is
+// then O(N) (two tables, and a short answer naming two addresses per rank)
+// where a table per rank was O(N²) and capped
 // N at the message limit; a rank sends at most two tables; the table arrives
 // after log2(N) hops. It travels in messages of at most tableChunk entries,
 // so no message grows with N. (NCCL gives each rank its ring neighbour and
@@ -246,11 +247,7 @@ func sendTo(self int, addr string, msgs [][]byte, secret []byte, deadline time.T
 // in the tree, at once, and to the children of a child it cannot reach. It
 // fails nobody: a child that is gone is named when its peers connect to it.
 func passOn(self int, tree tableTree, peers []PeerInfo, msgs [][]byte, secret []byte, deadline time.Time) {
-	at := -1
-	if self >= 0 {
-		at = tree.pos(self)
-	}
-	passOnFrom(self, at, tree, peers, msgs, secret, deadline)
+	passOnFrom(self, tree.pos(self), tree, peers, msgs, secret, deadline) // the root's position is -1, as pos(-1)
 }
 
 // passOnFrom sends as self the table to position at's children.

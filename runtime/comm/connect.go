@@ -308,7 +308,7 @@ func (c *Comm) maxChannels() int {
 func (c *Comm) channelOffer() (have, lo int) {
 	lo, have, _ = c.channelSettings() // checked at the start of connect
 	if c.lazy {                       // the links to be: shared memory offers channels, the others one
-		for name := range c.facts.firstConnectors(c.peers, c.rank) {
+		for name := range c.facts.firstConnectors(c.rank) {
 			if name != "shm" {
 				have = 1
 			}

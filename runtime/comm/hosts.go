@@ -91,7 +91,7 @@ func hostsOf(peers []bootstrap.PeerInfo) *hostFacts {
 // firstConnectors is the transports rank r's pairs take when they connect
 // (the first candidate of each): one pass over the classes, shared by the
 // table's ranks. Read-only.
-func (f *hostFacts) firstConnectors(peers []bootstrap.PeerInfo, r int) map[string]bool {
+func (f *hostFacts) firstConnectors(r int) map[string]bool {
 	k := f.classOf[r]
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -185,7 +185,7 @@ func (c *Comm) netRate() (int, string) {
 func (c *Comm) transportsSeen() map[string]bool {
 	seen := map[string]bool{}
 	if c.lazy {
-		for name := range c.facts.firstConnectors(c.peers, c.rank) {
+		for name := range c.facts.firstConnectors(c.rank) {
 			seen[name] = true
 		}
 	}
@@ -205,18 +205,15 @@ func (c *Comm) settingsDiffer(mine uint64, s tune.Settings) error {
 	}
 	n := uint64(c.nranks)
 	v := []uint64{^n, ^n} // ^rank, max: the lowest rank of {not the smallest, the smallest}
+	side := 0             // this rank's fingerprint is not the smallest
 	if mine == ^lowest[0] {
-		v[1] = ^uint64(c.rank)
-	} else {
-		v[0] = ^uint64(c.rank)
+		side = 1
 	}
+	v[side] = ^uint64(c.rank)
 	if err := c.allReduceMax(v); err != nil {
 		return err
 	}
-	other := int(^v[0])
-	if mine != ^lowest[0] {
-		other = int(^v[1])
-	}
+	other := int(^v[1-side])
 	return status.Errorf(status.InvalidUsage,
 		"rank %d: rank %d runs with other GOCL_ALGO, GOCL_PROTO, GOCL_DIRECT_THRESHOLD or GOCL_BUFFSIZE settings than this rank (%s, direct up to %d B, chunk %d B): set them the same on every rank",
 		c.rank, other, s, s.DirectMax, c.chunk)
