@@ -3,36 +3,19 @@
     .venv/bin/python bench/scale_ab.py --lib before=/tmp/old/libgocl.so --lib now=python/gocl/_native/libgocl.so \\
         --inproc 256,1024,4096 --procs 32,96,128 --rounds 3
 
-In-process rows: `Communicator.local(N)` in a fresh interpreter per run (init time, RSS
-growth). Process rows: bench/scale.py's worker under `gocl run -n N`, connecting on first
-use (init, first call, 8 B and 1 MiB medians, fds, RSS per rank, the largest over
-ranks). Each run points GOCL_LIBRARY at one build; builds alternate within a round, so a
+In-process rows: bench/scale.py's `Communicator.local(N)` in a fresh interpreter per
+run (init time, RSS growth). Process rows: bench/scale.py's worker under `gocl run -n N`
+(init, first call, 8 B and 1 MiB medians, fds, RSS per rank, the largest over ranks).
+Both connect on first use. Each run points GOCL_LIBRARY at one build; builds alternate within a round, so a
 loaded host hurts both alike. Prints medians over rounds as markdown (bench/SCALE.md).
 """
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import scale  # noqa: E402
-
-INPROC = """
-import sys, time, gocl
-def rss():
-    with open('/proc/self/statm') as f:
-        return int(f.read().split()[1]) * 4096 / 2**20
-r0 = rss()
-t = time.perf_counter()
-cs = gocl.Communicator.local(int(sys.argv[1]))
-dt = time.perf_counter() - t
-r1 = rss()
-for c in cs:
-    c.destroy()
-print(dt, r1 - r0)
-"""
-
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -48,14 +31,13 @@ def main() -> None:
     for rd in range(args.rounds):
         for n in inproc:
             for name, lib in libs.items():
-                env = dict(os.environ, GOCL_LIBRARY=lib)
-                p = subprocess.run([sys.executable, "-c", INPROC, str(n)], capture_output=True, text=True, env=env, timeout=900)
-                if p.returncode:
-                    print(f"round {rd} in-process N={n} {name}: failed: {p.stderr.strip()[-300:]}", flush=True)
+                os.environ["GOCL_LIBRARY"] = lib
+                r = scale.run_inproc(n, lazy=True)
+                if "error" in r:
+                    print(f"round {rd} in-process N={n} {name}: failed: {r['error']}", flush=True)
                     continue
-                dt, mem = map(float, p.stdout.split()[-2:])
-                got.setdefault(("inproc", n, name), []).append({"init": dt, "rss": mem})
-                print(f"round {rd} in-process N={n} {name}: {dt:.2f} s, +{mem:.0f} MiB", flush=True)
+                got.setdefault(("inproc", n, name), []).append(r)
+                print(f"round {rd} in-process N={n} {name}: {r['init']:.2f} s, +{r['rss']:.0f} MiB", flush=True)
         for n in procs:
             for name, lib in libs.items():
                 os.environ["GOCL_LIBRARY"] = lib
