@@ -52,7 +52,6 @@ for torch tensors and :func:`torch_config`.
 
 from __future__ import annotations
 
-import re
 import sys
 import threading
 import time
@@ -69,7 +68,7 @@ except ImportError as _exc:  # pragma: no cover - depends on the environment
         "gocl.ray needs Ray, which is not installed in this Python: pip install \"gocl[ray]\" "
         f"({_exc})") from _exc
 
-from . import _rendezvous
+from . import _gates, _rendezvous
 from .comm import Communicator
 from .errors import GoclTimeoutError, InvalidArgumentError, InvalidUsageError
 
@@ -227,11 +226,6 @@ _generation: dict[str, int] = {}  # group name -> how many times this process ha
 KV_GATE = ((2, 60), (2, 60))
 
 
-def _ray_version() -> tuple[int, int]:
-    m = re.match(r"(\d+)\.(\d+)", getattr(ray, "__version__", ""))
-    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
-
-
 class _PrivateKV:
     """The unique id in Ray's internal key-value store (KV_GATE's Ray versions)."""
 
@@ -290,8 +284,7 @@ class _UidBox:
 def _kv():
     """Where rank 0 publishes a group's unique id: Ray's private store inside
     KV_GATE (and only if it still has the three functions), else an actor."""
-    lo, hi = KV_GATE
-    if lo <= _ray_version() <= hi:
+    if _gates.within(KV_GATE, _gates.major_minor(getattr(ray, "__version__", ""))):
         try:
             kv = _PrivateKV()
             if all(callable(getattr(kv._kv, f, None)) for f in ("_internal_kv_put", "_internal_kv_get", "_internal_kv_del")):

@@ -393,8 +393,9 @@ def test_private_kv_gate_covers_this_ray():
     """gocl reads Ray's private internal_kv only in the Ray versions whose
     source was read (gocl.ray.KV_GATE); a newer Ray takes the public path
     and this test says to read its source and raise the gate."""
-    lo, hi = gocl_ray.KV_GATE
-    assert lo <= gocl_ray._ray_version() <= hi, (
+    from gocl import _gates  # noqa: PLC0415
+
+    assert _gates.within(gocl_ray.KV_GATE, _gates.major_minor(ray.__version__)), (
         f"Ray {ray.__version__} is outside gocl.ray.KV_GATE {gocl_ray.KV_GATE}: read ray.experimental.internal_kv "
         "in its source (_internal_kv_put/_get/_del) and raise the gate")
     from ray.experimental import internal_kv  # noqa: PLC0415

@@ -18,22 +18,17 @@ from __future__ import annotations
 
 import inspect
 import os
-import re
 import sys
 
 import torch
 import torch.distributed as dist
 from torch._C import _distributed_c10d as c10d
 
+from .. import _gates
 from . import BACKEND_NAME
 
 
-def _version() -> tuple[int, int]:
-    m = re.match(r"(\d+)\.(\d+)", torch.__version__)
-    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
-
-
-TORCH = _version()
+TORCH = _gates.major_minor(torch.__version__)
 HAS_ASYNC_OP = hasattr(c10d.AllreduceOptions(), "asyncOp")  # torch >= 2.8 tells the backend
 
 # hook -> the (lowest, highest) torch (major, minor) whose source was read.
@@ -45,8 +40,7 @@ GATES = {
 
 
 def within(hook: str) -> bool:
-    lo, hi = GATES[hook]
-    return lo <= TORCH <= hi
+    return _gates.within(GATES[hook], TORCH)
 
 
 def none_ok_callers() -> frozenset:
