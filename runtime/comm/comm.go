@@ -58,7 +58,7 @@ type Comm struct {
 	in           inbox
 	linkMu       sync.Mutex         // links written after init (adopt), pairs, chHave, chLo
 	pairs        map[int]*pairState // by peer, when lazy: the pairs touched (pair)
-	facts        *hostFacts         // derived from peers, shared with the table's other ranks here
+	facts        *tableFacts         // derived from peers, shared with the table's other ranks here
 	chHave, chLo int
 
 	opMu    sync.Mutex  // one operation at a time; held for the whole call
@@ -323,7 +323,7 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 
 // topology derives node and local ranks from the host identities.
 func (c *Comm) topology() {
-	f := hostsOf(c.peers)
+	f := factsOf(c.peers)
 	c.facts = f
 	c.nnodes = len(f.groups)
 	c.node = int(f.nodeOf[c.rank])

@@ -8,10 +8,11 @@ import (
 	"gocl/runtime/bootstrap"
 )
 
-// hostFacts is how the ranks sit on hosts, derived alike by every rank from
-// the rank table: groups lists the ranks of each host (hosts in order of
-// their lowest rank, ranks in rank order), nodeOf each rank's host.
-type hostFacts struct {
+// tableFacts is what every rank derives alike from the rank table: how the
+// ranks sit on hosts (groups lists the ranks of each host, hosts in order of
+// their lowest rank, ranks in rank order; nodeOf each rank's host) and the
+// classes that decide a pair's transport.
+type tableFacts struct {
 	groups [][]int
 	nodeOf []int32
 
@@ -34,7 +35,7 @@ type peerClass struct {
 // even is groups when every host has as many ranks, else nil: the
 // hierarchical all-reduce needs the same number on each (local rank l of
 // every host forms one cross-host ring).
-func (f *hostFacts) even() [][]int {
+func (f *tableFacts) even() [][]int {
 	for _, g := range f.groups {
 		if len(g) != len(f.groups[0]) {
 			return nil
@@ -46,22 +47,22 @@ func (f *hostFacts) even() [][]int {
 // The last table's facts: the ranks of a process share one table
 // (bootstrap/shared.go), so they are computed once for all of them, not
 // O(N) again per rank. Weak: the cache keeps no table alive.
-var lastHosts struct {
+var lastFacts struct {
 	sync.Mutex
 	table weak.Pointer[bootstrap.PeerInfo]
 	n     int
-	facts *hostFacts
+	facts *tableFacts
 }
 
-// hostsOf is peers' host facts (read-only: shared).
-func hostsOf(peers []bootstrap.PeerInfo) *hostFacts {
+// factsOf is peers' facts (read-only: shared).
+func factsOf(peers []bootstrap.PeerInfo) *tableFacts {
 	key := weak.Make(&peers[0])
-	lastHosts.Lock()
-	defer lastHosts.Unlock()
-	if lastHosts.table == key && lastHosts.n == len(peers) && lastHosts.facts != nil {
-		return lastHosts.facts
+	lastFacts.Lock()
+	defer lastFacts.Unlock()
+	if lastFacts.table == key && lastFacts.n == len(peers) && lastFacts.facts != nil {
+		return lastFacts.facts
 	}
-	f := &hostFacts{nodeOf: make([]int32, len(peers)), classOf: make([]int32, len(peers))}
+	f := &tableFacts{nodeOf: make([]int32, len(peers)), classOf: make([]int32, len(peers))}
 	classIndex := map[peerClass]int32{}
 	index := map[string]int{}
 	for r, p := range peers {
@@ -84,14 +85,14 @@ func hostsOf(peers []bootstrap.PeerInfo) *hostFacts {
 		f.members[ci]++
 		f.classOf[r] = ci
 	}
-	lastHosts.table, lastHosts.n, lastHosts.facts = key, len(peers), f
+	lastFacts.table, lastFacts.n, lastFacts.facts = key, len(peers), f
 	return f
 }
 
 // firstConnectors is the transports rank r's pairs take when they connect
 // (the first candidate of each): one pass over the classes, shared by the
 // table's ranks. Read-only.
-func (f *hostFacts) firstConnectors(r int) map[string]bool {
+func (f *tableFacts) firstConnectors(r int) map[string]bool {
 	k := f.classOf[r]
 	f.mu.Lock()
 	defer f.mu.Unlock()
