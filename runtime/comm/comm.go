@@ -58,7 +58,7 @@ type Comm struct {
 	in           inbox
 	linkMu       sync.Mutex         // links written after init (adopt), pairs, chHave, chLo
 	pairs        map[int]*pairState // by peer, when lazy: the pairs touched (pair)
-	facts        *tableFacts         // derived from peers, shared with the table's other ranks here
+	facts        *tableFacts        // derived from peers, shared with the table's other ranks here
 	chHave, chLo int
 
 	opMu    sync.Mutex  // one operation at a time; held for the whole call
