@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,17 +81,7 @@ func newFlightRecorder(c *Comm) *flightRecorder {
 	if n <= 0 {
 		return nil
 	}
-	names := map[string]bool{}
-	for p, name := range c.linkNames() { // links connected on first use: the transports they will have
-		if p != c.rank && name != "" {
-			names[name] = true
-		}
-	}
-	var ts []string
-	for n := range names {
-		ts = append(ts, n)
-	}
-	sort.Strings(ts)
+	ts := sortedKeys(c.transportsSeen()) // links connected on first use: the transports they will have
 	if file != "" {
 		h, _ := os.Hostname()
 		file = strings.ReplaceAll(debuglog.ExpandFileName(strings.ReplaceAll(file, "%r", "\x00"), h, os.Getpid()), "\x00", strconv.Itoa(c.rank))
