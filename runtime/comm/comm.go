@@ -22,6 +22,7 @@ import (
 	"gocl/runtime/debuglog"
 	"gocl/runtime/host"
 	"gocl/runtime/status"
+	"gocl/runtime/telemetry"
 	"gocl/runtime/transport"
 	"gocl/runtime/transport/inproc"
 	"gocl/runtime/tune"
@@ -87,9 +88,9 @@ type Comm struct {
 	builtin [kernels.NumTypes][kernels.NumOps]atomic.Pointer[kernels.Reducer] // built on first use
 	nextOp  int32
 
-	flight  *flightRecorder  // nil unless GOCL_TRACE_BUFFER or GOCL_TRACE_FILE is set
-	metrics *metricsRecorder // nil unless GOCL_METRICS_FILE or GOCL_METRICS_PORT is set (metrics.go)
-	live    liveCall         // the call it is in, or made last (live.go)
+	flight  *telemetry.Flight  // nil unless GOCL_TRACE_BUFFER or GOCL_TRACE_FILE is set
+	metrics *telemetry.Metrics // nil unless GOCL_METRICS_FILE or GOCL_METRICS_PORT is set
+	live    liveCall           // the call it is in, or made last (live.go)
 
 	// Liveness probes (culprit.go): the bootstrap listener stays open and
 	// answers them until release.
@@ -304,8 +305,9 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 			c.eager = append(c.eager, l)
 		}
 	}
-	c.flight = newFlightRecorder(c)
-	c.metrics = newMetricsRecorder(c)
+	who := telemetry.Identity{Comm: commID(c.key), Rank: c.rank, NRanks: c.nranks, NNodes: c.nnodes}
+	c.flight = telemetry.NewFlight(who, sortedKeys(c.transportsSeen())) // links made on first use: the transports they will have
+	c.metrics = telemetry.NewMetrics(who, c.linkNames())
 	serving = true // release closes it from now on
 	go bootstrap.Serve(ln, rank, c.secret, c.serve)
 	if err := c.setupTuner(settings); err != nil {
@@ -406,7 +408,7 @@ func (c *Comm) fail(err error) {
 	reason := transport.AbortReason(c.rank, c.broken)
 	c.stateMu.Unlock()
 	if first {
-		c.flight.dump(err)
+		c.flight.Dump(err)
 	}
 	for _, l := range c.linkList() {
 		l.Abort(reason)
@@ -550,7 +552,7 @@ func (c *Comm) release() {
 	unregister(c)
 	c.stopHeartbeat()
 	c.logBeats()
-	c.metrics.close() // flushes: no call runs now
+	c.metrics.Close() // flushes: no call runs now
 	c.stateMu.Lock()
 	c.freed = true
 	c.unusable.Store(true)
@@ -563,4 +565,20 @@ func (c *Comm) release() {
 	}
 	c.in.close()
 	inproc.Forget(c.key)
+}
+
+// DumpTrace writes this rank's flight recorder to path (empty: the file
+// GOCL_TRACE_FILE names) as JSON lines, for `gocl trace`.
+func (c *Comm) DumpTrace(path string) error {
+	if c.flight == nil {
+		return status.Errorf(status.InvalidUsage,
+			"rank %d: the flight recorder is off: set GOCL_TRACE_BUFFER (calls to keep) or GOCL_TRACE_FILE before creating the communicator", c.rank)
+	}
+	if path == "" {
+		path = c.flight.File()
+	}
+	if path == "" {
+		return status.Errorf(status.InvalidArgument, "rank %d: no trace file: pass a path or set GOCL_TRACE_FILE before creating the communicator", c.rank)
+	}
+	return c.flight.Write(path, "requested")
 }

@@ -6,6 +6,7 @@ import (
 	"gocl/runtime/algo"
 	"gocl/runtime/debuglog"
 	"gocl/runtime/status"
+	"gocl/runtime/telemetry"
 	"gocl/runtime/transport"
 	"gocl/runtime/tune"
 	"gocl/runtime/wire"
@@ -116,8 +117,8 @@ func (c *Comm) collective(op *Op) (err error) {
 		start = transport.Now() // one clock read (a read can cost 0.1-0.3 µs)
 	}
 	if c.flight != nil {
-		slot := c.flight.begin(flightEntry{hdr: x.Hdr, bytes: max(sb, rb), choice: ch})
-		defer func() { c.flight.end(slot, err) }()
+		slot := c.flight.Begin(telemetry.Entry{Hdr: x.Hdr, Bytes: max(sb, rb), Choice: ch})
+		defer func() { c.flight.End(slot, err) }()
 	}
 	if debuglog.Enabled(debuglog.Trace, debuglog.Tuning) {
 		debuglog.Tracef(debuglog.Tuning, c.rank, "%s: %d bytes via %s", x.Hdr.Describe(), max(sb, rb), ch)
@@ -149,7 +150,7 @@ func (c *Comm) collective(op *Op) (err error) {
 		err = status.Errorf(status.CodeOf(err), "%s failed on rank %d: %w", x.Hdr.Describe(), c.rank, err)
 	}
 	if c.metrics != nil {
-		c.metrics.coll(&x.Hdr, ch, max(sb, rb), start, err)
+		c.metrics.Coll(&x.Hdr, ch, max(sb, rb), start, err)
 	}
 	return err
 }
@@ -262,8 +263,8 @@ func (c *Comm) p2p(op *Op) error {
 		start = transport.Now() // one clock read (a read can cost 0.1-0.3 µs)
 	}
 	if c.flight != nil {
-		slot := c.flight.begin(flightEntry{hdr: h, send: op.IsSend, peer: peer, bytes: op.Count * op.Type.Size(), via: c.links[peer].Name()})
-		defer func() { c.flight.end(slot, err) }()
+		slot := c.flight.Begin(telemetry.Entry{Hdr: h, Send: op.IsSend, Peer: peer, Bytes: op.Count * op.Type.Size(), Via: c.links[peer].Name()})
+		defer func() { c.flight.End(slot, err) }()
 	}
 	if op.IsSend {
 		err = c.links[peer].Send(&h, op.send)
@@ -275,7 +276,7 @@ func (c *Comm) p2p(op *Op) error {
 		err = status.Errorf(status.CodeOf(err), "%s #%d to/from rank %d failed on rank %d: %w", op.name(), h.Seq, peer, c.rank, err)
 	}
 	if c.metrics != nil {
-		c.metrics.p2p(&h, op.IsSend, peer, op.Count*op.Type.Size(), start, err)
+		c.metrics.P2P(&h, op.IsSend, peer, op.Count*op.Type.Size(), start, err)
 	}
 	return err
 }

@@ -1,12 +1,8 @@
 package comm
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"math"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,7 +11,6 @@ import (
 	"time"
 
 	"gocl/kernels"
-	"gocl/runtime/tune"
 	"gocl/runtime/wire"
 )
 
@@ -182,11 +177,10 @@ func TestMetricsFailedCall(t *testing.T) {
 	}
 }
 
-// Off by default; a full buffer drops (and the file says how many) rather
-// than block; a panic in the writer loses its batch, not the process.
-func TestMetricsOffDropsAndPanics(t *testing.T) {
+// Off by default: a communicator without GOCL_METRICS_FILE or
+// GOCL_METRICS_PORT holds no recorder.
+func TestMetricsOffByDefault(t *testing.T) {
 	setEnv(t, "GOCL_METRICS_FILE", "")
-	t.Setenv("GOCL_METRICS_FILE", "")
 	os.Unsetenv("GOCL_METRICS_FILE")
 	plain, err := InitAll(1, nil, Options{})
 	if err != nil {
@@ -196,206 +190,4 @@ func TestMetricsOffDropsAndPanics(t *testing.T) {
 		t.Error("metrics on without GOCL_METRICS_FILE")
 	}
 	plain[0].Destroy()
-
-	path := filepath.Join(t.TempDir(), "m.jsonl")
-	m := &metricsRecorder{buf: make([]metricRec, 0, 2), spare: make([]metricRec, 0, 2), file: path, rank: 3, nranks: 4, transports: make([]string, 4),
-		stop: make(chan struct{}), done: make(chan struct{}),
-		head: []byte(`{"header":{"id":"x","rank":3,"n_ranks":4,"nnodes":1},"metadata":{"dump_timestamp_us":`), tail: []byte(`},`)}
-	for coll := range m.busFactorColl {
-		m.busFactorColl[coll] = wire.Coll(coll).Desc().BusFactor(4)
-	}
-	h := wire.Header{Coll: wire.AllReduce, Seq: 7, Count: 2, Dtype: uint8(kernels.Float64)}
-	for range 5 {
-		m.coll(&h, m.busFactorChoice(), 16, time.Now().Add(-time.Millisecond), nil)
-	}
-	m.p2p(&h, true, 5, 16, time.Now(), errors.New(`bad "quote"`)) // dropped too: no range check needed
-	m.flush()
-	m.coll(&h, m.busFactorChoice(), 16, time.Now(), errors.New("boom\n"))
-	metricsFormatHook = func(*metricRec) { panic("test") }
-	m.flush() // lost, recovered
-	metricsFormatHook = nil
-	m.coll(&h, m.busFactorChoice(), 16, time.Now(), errors.New(`bad "quote"`))
-	m.flush()
-	m.finish()
-	lines := readJSONLines[metricLine](t, path)
-	if len(lines) != 4 || lines[2].Dropped == nil || *lines[2].Dropped != 4 {
-		t.Fatalf("want 2 records, a drop line of 4, then 1 record; got %+v", lines)
-	}
-	c := lines[0].Coll
-	if c["coll"] != "AllReduce" || c["coll_sn"] != 7.0 || c["coll_dtype"] != "float64" ||
-		math.Abs(c["coll_busbw_gbs"].(float64)-1.5*c["coll_algobw_gbs"].(float64)) > 1e-5 { // 2(n-1)/n at 4 ranks
-		t.Errorf("first line %v", c)
-	}
-	if lines[3].Coll["coll_error"] != `bad "quote"` || m.lost != 1 {
-		t.Errorf("last line %v, lost %d", lines[3].Coll, m.lost)
-	}
-	var off *metricsRecorder
-	off.close()
-}
-
-// busFactorChoice is any choice, for records made by hand.
-func (m *metricsRecorder) busFactorChoice() (ch tune.Choice) { return }
-
-// GOCL_METRICS_PORT serves the counters in Prometheus' text format.
-func TestMetricsPrometheus(t *testing.T) {
-	promState.once = sync.Once{}
-	setEnv(t, "GOCL_METRICS_PORT", "127.0.0.1:0", "GOCL_METRICS_FILE", "")
-	t.Cleanup(func() {
-		promState.mu.Lock()
-		promState.ln.Close()
-		promState.once, promState.on = sync.Once{}, false
-		promState.mu.Unlock()
-	})
-	comms := localComms(t, 2)
-	if !promState.on || comms[0].metrics == nil {
-		t.Fatal("endpoint off")
-	}
-	var wg sync.WaitGroup
-	for _, c := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range 5 {
-				allReduce(c, 256)
-			}
-		}()
-	}
-	wg.Wait()
-	url := "http://" + promState.ln.Addr().String() + "/metrics"
-	id := commID(comms[0].key)
-	want := fmt.Sprintf(`gocl_calls_total{comm="%s",rank="1",nranks="2",op="AllReduce"} `, id)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		resp, err := http.Get(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		text := string(body)
-		if strings.Contains(text, want) {
-			var calls, bytes int
-			for _, line := range strings.Split(text, "\n") {
-				if strings.HasPrefix(line, want) {
-					fmt.Sscan(strings.TrimPrefix(line, want), &calls)
-				}
-				if p := strings.Replace(want, "calls", "bytes", 1); strings.HasPrefix(line, p) {
-					fmt.Sscan(strings.TrimPrefix(line, p), &bytes)
-				}
-			}
-			if calls < 5 || bytes < 5*1024 || !strings.Contains(text, "# TYPE gocl_seconds_total counter") ||
-				!strings.Contains(text, "gocl_metrics_dropped_total{") {
-				t.Errorf("calls %d bytes %d:\n%s", calls, bytes, text)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q in:\n%s", want, text)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// A bare GOCL_METRICS_PORT serves on loopback only: the endpoint answers on
-// 127.0.0.1 and refuses on the host's other addresses. HOST:PORT binds as
-// given (0.0.0.0:PORT opens it on purpose).
-func TestMetricsBarePortIsLoopbackOnly(t *testing.T) {
-	for v, want := range map[string]string{"9400": "127.0.0.1:9400", "0.0.0.0:9400": "0.0.0.0:9400", "10.1.2.3:9400": "10.1.2.3:9400"} {
-		if got := metricsAddr(v); got != want {
-			t.Errorf("GOCL_METRICS_PORT=%s listens on %s, want %s", v, got, want)
-		}
-	}
-	var outside net.IP // a non-loopback address of this host
-	ifs, _ := net.Interfaces()
-	for _, ifc := range ifs {
-		addrs, _ := ifc.Addrs()
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && ifc.Flags&net.FlagUp != 0 {
-				outside = n.IP
-			}
-		}
-	}
-	if outside == nil {
-		t.Skip("this host has no non-loopback IPv4 address to try")
-	}
-	free, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := free.Addr().(*net.TCPAddr).Port
-	free.Close()
-	promState.once = sync.Once{}
-	setEnv(t, "GOCL_METRICS_PORT", fmt.Sprint(port))
-	t.Cleanup(func() {
-		promState.mu.Lock()
-		if promState.ln != nil {
-			promState.ln.Close()
-		}
-		promState.once, promState.on = sync.Once{}, false
-		promState.mu.Unlock()
-	})
-	if !startMetricsEndpoint() {
-		t.Fatalf("GOCL_METRICS_PORT=%d: endpoint off", port)
-	}
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
-	if err != nil {
-		t.Fatalf("the endpoint does not answer on loopback: %v", err)
-	}
-	resp.Body.Close()
-	if c, err := net.DialTimeout("tcp", net.JoinHostPort(outside.String(), fmt.Sprint(port)), 2*time.Second); err == nil {
-		c.Close()
-		t.Errorf("GOCL_METRICS_PORT=%d answers on %s, not only on loopback", port, outside)
-	}
-}
-
-// The endpoint answers GET and HEAD of /metrics (and /), 404 elsewhere, 405
-// to other methods, and lets go of a client that sends nothing.
-func TestMetricsEndpointAnswers(t *testing.T) {
-	promState.once = sync.Once{}
-	setEnv(t, "GOCL_METRICS_PORT", "127.0.0.1:0")
-	t.Cleanup(func() {
-		promState.mu.Lock()
-		promState.ln.Close()
-		promState.once, promState.on = sync.Once{}, false
-		promState.mu.Unlock()
-	})
-	if !startMetricsEndpoint() {
-		t.Fatal("endpoint off")
-	}
-	base := "http://" + promState.ln.Addr().String()
-	for _, c := range []struct {
-		method, path string
-		code         int
-		body         string
-	}{
-		{"GET", "/metrics", 200, "# TYPE gocl_calls_total counter"},
-		{"GET", "/", 200, "# TYPE gocl_calls_total counter"},
-		{"HEAD", "/metrics", 200, ""},
-		{"GET", "/other", 404, "the counters are at /metrics"},
-		{"POST", "/metrics", 405, "only GET"},
-	} {
-		req, _ := http.NewRequest(c.method, base+c.path, nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("%s %s: %v", c.method, c.path, err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != c.code || !strings.Contains(string(body), c.body) || c.method == "HEAD" && len(body) != 0 {
-			t.Errorf("%s %s: %d %q, want %d with %q", c.method, c.path, resp.StatusCode, body, c.code, c.body)
-		}
-		if c.code == 200 && !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain; version=0.0.4") {
-			t.Errorf("%s %s: Content-Type %q", c.method, c.path, resp.Header.Get("Content-Type"))
-		}
-	}
-	// A silent client is cut off (ReadHeaderTimeout), not held forever.
-	conn, err := net.Dial("tcp", promState.ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
-	if _, err := io.Copy(io.Discard, conn); err != nil {
-		t.Errorf("a silent client was not let go: %v", err)
-	}
 }

@@ -1,10 +1,9 @@
-package comm
+package telemetry
 
 import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,16 +15,16 @@ import (
 	"gocl/runtime/wire"
 )
 
-// flightRecorder keeps the last operations of a communicator
+// Flight keeps the last operations of a communicator
 // (GOCL_TRACE_BUFFER of them, or 1000 when only GOCL_TRACE_FILE is set):
 // the calls each rank made just before a hang or a mismatch are what a
 // post-mortem needs. When the communicator fails it prints them and, with
 // GOCL_TRACE_FILE, appends them to a file as JSON lines, which `gocl trace`
 // lines up across ranks; goclCommDumpTrace writes them on request. Entries
 // hold values, not text: recording a call costs two clock reads and a lock.
-type flightRecorder struct {
+type Flight struct {
 	mu   sync.Mutex
-	ring []flightEntry
+	ring []Entry
 	next uint64
 
 	// fixed for the communicator's lifetime
@@ -35,17 +34,19 @@ type flightRecorder struct {
 	file       string // GOCL_TRACE_FILE with %r expanded ("": none)
 }
 
-type flightEntry struct {
-	hdr    wire.Header // the call: kind, collective, dtype, op, root, seq, count
-	send   bool        // point-to-point: a send (else a receive)
-	peer   int         // point-to-point: the peer
-	bytes  int
-	choice tune.Choice // collectives: algorithm and protocol
-	via    string      // point-to-point: the link's transport
-	start  time.Time
-	took   time.Duration
-	err    error
-	done   bool
+// Entry is one call, as the call path describes it.
+type Entry struct {
+	Hdr    wire.Header // the call: kind, collective, dtype, op, root, seq, count
+	Send   bool        // point-to-point: a send (else a receive)
+	Peer   int         // point-to-point: the peer
+	Bytes  int
+	Choice tune.Choice // collectives: algorithm and protocol
+	Via    string      // point-to-point: the link's transport
+
+	start time.Time
+	took  time.Duration
+	err   error
+	done  bool
 }
 
 // traceRecord is one line of a trace file (python/gocl/trace.py reads it).
@@ -72,7 +73,9 @@ type traceRecord struct {
 	Reason    string  `json:"dump_reason"` // why the file was written
 }
 
-func newFlightRecorder(c *Comm) *flightRecorder {
+// NewFlight returns the recorder GOCL_TRACE_BUFFER or GOCL_TRACE_FILE asks
+// for, or nil. transports names the transports of the rank's links.
+func NewFlight(id Identity, transports []string) *Flight {
 	n := config.IntOr("TRACE_BUFFER", 0)
 	file := strings.TrimSpace(config.String("TRACE_FILE"))
 	if n <= 0 && file != "" {
@@ -81,17 +84,12 @@ func newFlightRecorder(c *Comm) *flightRecorder {
 	if n <= 0 {
 		return nil
 	}
-	ts := sortedKeys(c.transportsSeen()) // links connected on first use: the transports they will have
-	if file != "" {
-		h, _ := os.Hostname()
-		file = strings.ReplaceAll(debuglog.ExpandFileName(strings.ReplaceAll(file, "%r", "\x00"), h, os.Getpid()), "\x00", strconv.Itoa(c.rank))
-	}
-	return &flightRecorder{ring: make([]flightEntry, n), comm: commID(c.key),
-		rank: c.rank, size: c.nranks, transports: strings.Join(ts, "+"), file: file}
+	return &Flight{ring: make([]Entry, n), comm: id.Comm, rank: id.Rank, size: id.NRanks,
+		transports: strings.Join(transports, "+"), file: expandFile(file, id.Rank)}
 }
 
-// begin records a call and returns its slot for end.
-func (f *flightRecorder) begin(e flightEntry) uint64 {
+// Begin records a call and returns its slot for End.
+func (f *Flight) Begin(e Entry) uint64 {
 	if f == nil {
 		return 0
 	}
@@ -104,7 +102,7 @@ func (f *flightRecorder) begin(e flightEntry) uint64 {
 	return k
 }
 
-func (f *flightRecorder) end(k uint64, err error) {
+func (f *Flight) End(k uint64, err error) {
 	if f == nil {
 		return
 	}
@@ -118,7 +116,7 @@ func (f *flightRecorder) end(k uint64, err error) {
 }
 
 // records renders the kept calls, oldest first.
-func (f *flightRecorder) records(reason string) []traceRecord {
+func (f *Flight) records(reason string) []traceRecord {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := min(f.next, uint64(len(f.ring)))
@@ -126,22 +124,22 @@ func (f *flightRecorder) records(reason string) []traceRecord {
 	now := time.Now()
 	for k := f.next - n; k < f.next; k++ {
 		e := f.ring[k%uint64(len(f.ring))]
-		r := traceRecord{Comm: f.comm, Rank: f.rank, NRanks: f.size, Pid: os.Getpid(), ID: k, Seq: e.hdr.Seq,
-			Count: e.hdr.Count, Dtype: wire.DtypeName(e.hdr.Dtype), Bytes: e.bytes, Transport: f.transports,
+		r := traceRecord{Comm: f.comm, Rank: f.rank, NRanks: f.size, Pid: os.Getpid(), ID: k, Seq: e.Hdr.Seq,
+			Count: e.Hdr.Count, Dtype: wire.DtypeName(e.Hdr.Dtype), Bytes: e.Bytes, Transport: f.transports,
 			State: "started", StartUs: e.start.UnixMicro(), Duration: float64(now.Sub(e.start).Nanoseconds()) / 1e3, Reason: reason}
-		if e.hdr.Kind == wire.KindP2P {
-			r.Op, r.Peer, r.Transport = "recv", &e.peer, e.via
-			if e.send {
+		if e.Hdr.Kind == wire.KindP2P {
+			r.Op, r.Peer, r.Transport = "recv", &e.Peer, e.Via
+			if e.Send {
 				r.Op = "send"
 			}
 		} else {
-			r.Op, r.Algorithm = e.hdr.Coll.String(), e.choice.String()
-			d := e.hdr.Coll.Desc()
+			r.Op, r.Algorithm = e.Hdr.Coll.String(), e.Choice.String()
+			d := e.Hdr.Coll.Desc()
 			if d.Reduces {
-				r.RedOp = wire.OpName(e.hdr.Op)
+				r.RedOp = wire.OpName(e.Hdr.Op)
 			}
 			if d.Rooted {
-				root := int(e.hdr.Root)
+				root := int(e.Hdr.Root)
 				r.Root = &root
 			}
 		}
@@ -176,7 +174,7 @@ func (r *traceRecord) describe() string {
 }
 
 // report lists the recorded calls, oldest first.
-func (f *flightRecorder) report(cause error) []string {
+func (f *Flight) report(cause error) []string {
 	recs := f.records("")
 	lines := []string{fmt.Sprintf("flight recorder: last %d calls before: %v", len(recs), cause)}
 	for _, r := range recs {
@@ -192,23 +190,23 @@ func (f *flightRecorder) report(cause error) []string {
 	return lines
 }
 
-// dump prints the report whatever GOCL_DEBUG says, and appends the records
+// Dump prints the report whatever GOCL_DEBUG says, and appends the records
 // to the trace file if there is one.
-func (f *flightRecorder) dump(cause error) {
+func (f *Flight) Dump(cause error) {
 	if f == nil {
 		return
 	}
 	debuglog.Dump(f.rank, f.report(cause))
 	if f.file != "" {
-		if err := f.write(f.file, "failure: "+cause.Error()); err != nil {
+		if err := f.Write(f.file, "failure: "+cause.Error()); err != nil {
 			debuglog.Warnf(debuglog.Init, f.rank, "flight recorder: %v", err)
 		}
 	}
 }
 
-// write appends the records to path as JSON lines, in one write so that
+// Write appends the records to path as JSON lines, in one write so that
 // ranks sharing a file do not interleave their lines.
-func (f *flightRecorder) write(path, reason string) error {
+func (f *Flight) Write(path, reason string) error {
 	var b strings.Builder
 	enc := json.NewEncoder(&b)
 	for _, r := range f.records(reason) {
@@ -225,18 +223,5 @@ func (f *flightRecorder) write(path, reason string) error {
 	return nil
 }
 
-// DumpTrace writes this rank's flight recorder to path (empty: the file
-// GOCL_TRACE_FILE names) as JSON lines, for `gocl trace`.
-func (c *Comm) DumpTrace(path string) error {
-	if c.flight == nil {
-		return status.Errorf(status.InvalidUsage,
-			"rank %d: the flight recorder is off: set GOCL_TRACE_BUFFER (calls to keep) or GOCL_TRACE_FILE before creating the communicator", c.rank)
-	}
-	if path == "" {
-		path = c.flight.file
-	}
-	if path == "" {
-		return status.Errorf(status.InvalidArgument, "rank %d: no trace file: pass a path or set GOCL_TRACE_FILE before creating the communicator", c.rank)
-	}
-	return c.flight.write(path, "requested")
-}
+// File is the trace file GOCL_TRACE_FILE names, with %r expanded ("": none).
+func (f *Flight) File() string { return f.file }

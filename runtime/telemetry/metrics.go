@@ -1,18 +1,11 @@
-package comm
+package telemetry
 
 import (
 	"encoding/json"
-	"fmt"
-	"io"
-	"log"
-	"net"
-	"net/http"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"gocl/runtime/config"
@@ -39,7 +32,8 @@ import (
 // (bench/METRICS_OVERHEAD.md). The drops are counted, and
 // the file says how many in a line of its own after each flush that had
 // some (the last such line holds the total), as does a warning at close.
-// With metrics off, c.metrics is nil and the call path pays one branch.
+// With metrics off the communicator holds a nil *Metrics and its call path
+// pays one branch.
 //
 // The line format is that of NCCL's Inspector profiler plugin (its JSON
 // output, format v4.0: every line carries its own header and metadata),
@@ -80,8 +74,8 @@ const metricsEvery = 500 * time.Millisecond
 // (2.5 MiB; twice, the writer's batch and the calls').
 const metricsBuffer = 32768
 
-// metricRec is one completed call, as the call path hands it over.
-type metricRec struct {
+// record is one completed call, as the call path hands it over.
+type record struct {
 	start int64 // unix ns
 	took  int64 // ns
 	bytes int64
@@ -96,10 +90,10 @@ type metricRec struct {
 	send  bool
 }
 
-// metricsRecorder takes a communicator's records and writes them.
-type metricsRecorder struct {
+// Metrics takes a communicator's records and writes them.
+type Metrics struct {
 	mu      sync.Mutex
-	buf     []metricRec // filled by the calls
+	buf     []record // filled by the calls
 	closed  bool
 	dropped uint64 // records the full buffer turned away, in all
 
@@ -107,7 +101,7 @@ type metricsRecorder struct {
 	done chan struct{}
 
 	// the writer goroutine's own
-	spare    []metricRec
+	spare    []record
 	file     string // "" with only the Prometheus endpoint
 	out      *os.File
 	failed   bool   // the file could not be opened or written: stop trying
@@ -125,45 +119,42 @@ type metricsRecorder struct {
 	busFactorColl [wire.SendRecv + 1]float64
 }
 
-// newMetricsRecorder returns the recorder GOCL_METRICS_FILE or
-// GOCL_METRICS_PORT asks for, or nil.
-func newMetricsRecorder(c *Comm) *metricsRecorder {
+// NewMetrics returns the recorder GOCL_METRICS_FILE or GOCL_METRICS_PORT
+// asks for, or nil. links names each peer's transport ("" for none yet).
+func NewMetrics(id Identity, links []string) *Metrics {
 	file := strings.TrimSpace(config.String("METRICS_FILE"))
 	prom := startMetricsEndpoint()
 	if file == "" && !prom {
 		return nil
 	}
 	host, _ := os.Hostname()
-	if file != "" {
-		file = strings.ReplaceAll(debuglog.ExpandFileName(strings.ReplaceAll(file, "%r", "\x00"), host, os.Getpid()), "\x00", strconv.Itoa(c.rank))
-	}
-	m := &metricsRecorder{
-		buf: make([]metricRec, 0, metricsBuffer), spare: make([]metricRec, 0, metricsBuffer),
+	m := &Metrics{
+		buf: make([]record, 0, metricsBuffer), spare: make([]record, 0, metricsBuffer),
 		stop: make(chan struct{}), done: make(chan struct{}),
-		file: file, comm: commID(c.key), rank: c.rank, nranks: c.nranks, transports: make([]string, c.nranks),
+		file: expandFile(file, id.Rank), comm: id.Comm, rank: id.Rank, nranks: id.NRanks, transports: make([]string, id.NRanks),
 	}
 	str := func(s string) string { b, _ := json.Marshal(s); return string(b) }
-	for p, name := range c.linkNames() {
-		if p != c.rank && name != "" {
+	for p, name := range links {
+		if p != id.Rank && name != "" {
 			m.transports[p] = str(name)
 		}
 	}
 	for coll := range m.busFactorColl {
-		m.busFactorColl[coll] = wire.Coll(coll).Desc().BusFactor(c.nranks)
+		m.busFactorColl[coll] = wire.Coll(coll).Desc().BusFactor(id.NRanks)
 	}
-	m.head = []byte(`{"header":{"id":` + str(m.comm) + `,"rank":` + strconv.Itoa(c.rank) + `,"n_ranks":` + strconv.Itoa(c.nranks) +
-		`,"nnodes":` + strconv.Itoa(c.nnodes) + `},"metadata":{"inspector_output_format_version":"v4.0","git_rev":` +
+	m.head = []byte(`{"header":{"id":` + str(m.comm) + `,"rank":` + strconv.Itoa(id.Rank) + `,"n_ranks":` + strconv.Itoa(id.NRanks) +
+		`,"nnodes":` + strconv.Itoa(id.NNodes) + `},"metadata":{"inspector_output_format_version":"v4.0","git_rev":` +
 		str("gocl "+version.String) + `,"rec_mechanism":"gocl_metrics","dump_timestamp_us":`)
 	m.tail = []byte(`,"hostname":` + str(host) + `,"pid":` + strconv.Itoa(os.Getpid()) + `},`)
 	if prom {
-		m.prom = promRegister(m.comm, c.rank, c.nranks)
+		m.prom = promRegister(m.comm, id.Rank, id.NRanks)
 	}
 	go m.run()
 	return m
 }
 
 // add hands a completed call to the writer; it never waits for it.
-func (m *metricsRecorder) add(r *metricRec) {
+func (m *Metrics) add(r *record) {
 	m.mu.Lock()
 	if len(m.buf) < cap(m.buf) && !m.closed {
 		m.buf = append(m.buf, *r)
@@ -173,24 +164,24 @@ func (m *metricsRecorder) add(r *metricRec) {
 	m.mu.Unlock()
 }
 
-// coll records a collective that started at start.
-func (m *metricsRecorder) coll(hdr *wire.Header, ch tune.Choice, bytes int, start time.Time, err error) {
-	r := metricRec{start: start.UnixNano(), took: int64(transport.Now().Sub(start)), bytes: int64(bytes), count: hdr.Count,
+// Coll records a collective that started at start.
+func (m *Metrics) Coll(hdr *wire.Header, ch tune.Choice, bytes int, start time.Time, err error) {
+	r := record{start: start.UnixNano(), took: int64(transport.Now().Sub(start)), bytes: int64(bytes), count: hdr.Count,
 		seq: hdr.Seq, err: err, peer: -1, coll: hdr.Coll, dtype: hdr.Dtype, ch: ch}
 	m.add(&r)
 }
 
-// p2p records a send or a receive.
-func (m *metricsRecorder) p2p(hdr *wire.Header, send bool, peer, bytes int, start time.Time, err error) {
-	r := metricRec{start: start.UnixNano(), took: int64(transport.Now().Sub(start)), bytes: int64(bytes), count: hdr.Count,
+// P2P records a send or a receive.
+func (m *Metrics) P2P(hdr *wire.Header, send bool, peer, bytes int, start time.Time, err error) {
+	r := record{start: start.UnixNano(), took: int64(transport.Now().Sub(start)), bytes: int64(bytes), count: hdr.Count,
 		seq: hdr.Seq, err: err, peer: int32(peer), coll: wire.SendRecv, dtype: hdr.Dtype, p2p: true, send: send}
 	m.add(&r)
 }
 
-// close flushes what is left and stops the writer; the communicator's
+// Close flushes what is left and stops the writer; the communicator's
 // destroy and abort call it. It waits for the writer at most a few seconds
 // (a file on a stuck network mount must not hang destroy).
-func (m *metricsRecorder) close() {
+func (m *Metrics) Close() {
 	if m == nil {
 		return
 	}
@@ -210,7 +201,7 @@ func (m *metricsRecorder) close() {
 }
 
 // run is the writer goroutine.
-func (m *metricsRecorder) run() {
+func (m *Metrics) run() {
 	defer close(m.done)
 	t := time.NewTicker(metricsEvery)
 	defer t.Stop()
@@ -229,7 +220,7 @@ func (m *metricsRecorder) run() {
 // flush writes the records taken since the last flush. A panic here (a bug)
 // loses the batch, never the process: the writer goroutine is ours, and a
 // panic in it would kill the program that called through the C API.
-func (m *metricsRecorder) flush() {
+func (m *Metrics) flush() {
 	m.mu.Lock()
 	batch := m.buf
 	m.buf, m.spare = m.spare[:0], nil
@@ -272,7 +263,7 @@ func (m *metricsRecorder) flush() {
 
 // write appends b to the file in one write, so that ranks and communicators
 // sharing a file do not interleave their lines.
-func (m *metricsRecorder) write(b []byte) error {
+func (m *Metrics) write(b []byte) error {
 	if m.out == nil {
 		f, err := os.OpenFile(m.file, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 		if err != nil {
@@ -285,7 +276,7 @@ func (m *metricsRecorder) write(b []byte) error {
 }
 
 // finish closes the file, and warns if records were dropped or lost.
-func (m *metricsRecorder) finish() {
+func (m *Metrics) finish() {
 	if m.out != nil {
 		m.out.Close()
 	}
@@ -301,14 +292,14 @@ func (m *metricsRecorder) finish() {
 	}
 }
 
-func (m *metricsRecorder) prefix(b []byte, now int64) []byte {
+func (m *Metrics) prefix(b []byte, now int64) []byte {
 	b = append(b, m.head...)
 	b = strconv.AppendInt(b, now, 10)
 	return append(b, m.tail...)
 }
 
 // dropLine says how many records were dropped so far.
-func (m *metricsRecorder) dropLine(b []byte, dropped uint64, now int64) []byte {
+func (m *Metrics) dropLine(b []byte, dropped uint64, now int64) []byte {
 	b = m.prefix(b, now)
 	b = append(b, `"gocl_metrics_dropped":`...)
 	b = strconv.AppendUint(b, dropped, 10)
@@ -321,13 +312,13 @@ var inspectorColl = [...]string{wire.AllReduce: "AllReduce", wire.Broadcast: "Br
 	wire.AllGather: "AllGather", wire.ReduceScatter: "ReduceScatter", wire.AlltoAll: "AlltoAll",
 	wire.Gather: "Gather", wire.Scatter: "Scatter", wire.SendRecv: "SendRecv"}
 
-// metricsFormatHook, when set (tests), runs before each line is formatted.
-var metricsFormatHook func(*metricRec)
+// formatHook, when set (tests), runs before each line is formatted.
+var formatHook func(*record)
 
 // format appends r's line.
-func (m *metricsRecorder) format(b []byte, r *metricRec, now int64) []byte {
-	if metricsFormatHook != nil {
-		metricsFormatHook(r)
+func (m *Metrics) format(b []byte, r *record, now int64) []byte {
+	if formatHook != nil {
+		formatHook(r)
 	}
 	b = m.prefix(b, now)
 	us := float64(r.took) / 1e3
@@ -410,191 +401,4 @@ func jsonQuoted(b []byte, s string) []byte {
 	b = append(b, '"')
 	b = append(b, s...)
 	return append(b, '"')
-}
-
-// The Prometheus endpoint (GOCL_METRICS_PORT): the process's counters per
-// communicator and op, in Prometheus' text exposition format at /metrics.
-// The writer goroutines add to them at each flush, so serving costs the
-// calls nothing.
-var promState struct {
-	once  sync.Once
-	on    bool
-	ln    net.Listener // tests close it
-	mu    sync.Mutex
-	comms map[*promComm]bool
-}
-
-// promComm is one communicator's counters.
-type promComm struct {
-	comm         string
-	rank, nranks int
-	mu           sync.Mutex
-	ops          map[string]*promOp
-	dropped      atomic.Uint64
-}
-
-type promOp struct {
-	calls, bytes, errors uint64
-	seconds              float64
-}
-
-// startMetricsEndpoint starts the endpoint once per process, if
-// GOCL_METRICS_PORT asks for it, and says whether it runs.
-func startMetricsEndpoint() bool {
-	promState.once.Do(func() {
-		addr := strings.TrimSpace(config.String("METRICS_PORT"))
-		if addr == "" || addr == "0" {
-			return
-		}
-		addr = metricsAddr(addr)
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			debuglog.Warnf(debuglog.Init, -1, "metrics endpoint off: %v (GOCL_METRICS_PORT=%s)", err, addr)
-			return
-		}
-		promState.on, promState.ln = true, ln
-		promState.comms = map[*promComm]bool{}
-		go serveMetrics(ln)
-		debuglog.Infof(debuglog.Init, -1, "metrics endpoint on http://%s/metrics", ln.Addr())
-	})
-	return promState.on
-}
-
-// metricsAddr is where GOCL_METRICS_PORT=v listens: a bare port on
-// loopback only (the counters name the job's communicators and hosts, no
-// business of the network's); HOST:PORT as given, so 0.0.0.0:PORT opens it
-// to every interface on purpose.
-func metricsAddr(v string) string {
-	if !strings.Contains(v, ":") {
-		return net.JoinHostPort("127.0.0.1", v)
-	}
-	return v
-}
-
-func promRegister(comm string, rank, nranks int) *promComm {
-	p := &promComm{comm: comm, rank: rank, nranks: nranks, ops: map[string]*promOp{}}
-	promState.mu.Lock()
-	promState.comms[p] = true
-	promState.mu.Unlock()
-	return p
-}
-
-// promUnregister drops a destroyed communicator's counters.
-func promUnregister(p *promComm) {
-	promState.mu.Lock()
-	delete(promState.comms, p)
-	promState.mu.Unlock()
-}
-
-// count adds a batch of records to the counters.
-func (p *promComm) count(batch []metricRec) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for i := range batch {
-		r := &batch[i]
-		name := "Recv"
-		switch {
-		case r.p2p && r.send:
-			name = "Send"
-		case !r.p2p && int(r.coll) < len(inspectorColl) && inspectorColl[r.coll] != "":
-			name = inspectorColl[r.coll]
-		}
-		o := p.ops[name]
-		if o == nil {
-			o = &promOp{}
-			p.ops[name] = o
-		}
-		o.calls++
-		o.bytes += uint64(r.bytes)
-		o.seconds += float64(r.took) / 1e9
-		if r.err != nil {
-			o.errors++
-		}
-	}
-}
-
-// serveMetrics answers the endpoint with net/http: GET (or HEAD) /metrics
-// or / gives the counters, other paths 404 and other methods 405. Bounded in
-// time, so a slow or silent client holds a connection for 5 s at most;
-// temporary accept errors (a flood past the fd limit) back off in net/http.
-func serveMetrics(ln net.Listener) {
-	defer func() { recover() }() // a goroutine of ours never takes the process down
-	mux := http.NewServeMux()
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
-			http.Error(w, "only GET", http.StatusMethodNotAllowed)
-			return
-		}
-		if r.URL.Path != "/metrics" && r.URL.Path != "/" {
-			http.Error(w, "the counters are at /metrics", http.StatusNotFound)
-			return
-		}
-		body := prometheusText()
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-		if r.Method == http.MethodGet {
-			io.WriteString(w, body)
-		}
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 5 * time.Second,
-		WriteTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second, MaxHeaderBytes: 8 << 10,
-		ErrorLog: log.New(io.Discard, "", 0)}
-	srv.Serve(ln)
-}
-
-// prometheusText is the counters in Prometheus' text exposition format.
-func prometheusText() string {
-	promState.mu.Lock()
-	comms := make([]*promComm, 0, len(promState.comms))
-	for p := range promState.comms {
-		comms = append(comms, p)
-	}
-	promState.mu.Unlock()
-	sort.Slice(comms, func(i, j int) bool {
-		if comms[i].comm != comms[j].comm {
-			return comms[i].comm < comms[j].comm
-		}
-		return comms[i].rank < comms[j].rank
-	})
-	type row struct {
-		labels string
-		o      promOp
-	}
-	var rows []row
-	var drops []string
-	for _, p := range comms {
-		base := fmt.Sprintf(`comm="%s",rank="%d",nranks="%d"`, p.comm, p.rank, p.nranks)
-		p.mu.Lock()
-		ops := make([]string, 0, len(p.ops))
-		for op := range p.ops {
-			ops = append(ops, op)
-		}
-		sort.Strings(ops)
-		for _, op := range ops {
-			rows = append(rows, row{base + `,op="` + op + `"`, *p.ops[op]})
-		}
-		p.mu.Unlock()
-		drops = append(drops, fmt.Sprintf("gocl_metrics_dropped_total{%s} %d\n", base, p.dropped.Load()))
-	}
-	var b strings.Builder
-	metric := func(name, help string, v func(o *promOp) string) {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s counter\n", name, help, name)
-		for i := range rows {
-			fmt.Fprintf(&b, "%s{%s} %s\n", name, rows[i].labels, v(&rows[i].o))
-		}
-	}
-	metric("gocl_calls_total", "Completed calls (collectives, sends, receives) per communicator and op.",
-		func(o *promOp) string { return strconv.FormatUint(o.calls, 10) })
-	metric("gocl_bytes_total", "Bytes of the completed calls (the larger of send and receive buffer, as nccl-tests' size).",
-		func(o *promOp) string { return strconv.FormatUint(o.bytes, 10) })
-	metric("gocl_seconds_total", "Seconds spent in the completed calls.",
-		func(o *promOp) string { return strconv.FormatFloat(o.seconds, 'g', -1, 64) })
-	metric("gocl_errors_total", "Calls that failed.",
-		func(o *promOp) string { return strconv.FormatUint(o.errors, 10) })
-	b.WriteString("# HELP gocl_metrics_dropped_total Records the metrics buffer turned away (not in the other counters).\n# TYPE gocl_metrics_dropped_total counter\n")
-	for _, d := range drops {
-		b.WriteString(d)
-	}
-	return b.String()
 }
