@@ -4,7 +4,7 @@ CC      ?= gcc
 BUILD   := build
 SOURCES := $(shell find capi runtime kernels jaxffi -name '*.go' -o -name '*.c' -o -name '*.h' -o -name '*.s') go.mod runtime/version/VERSION
 RPATH   := -Wl,-rpath,'$$ORIGIN'
-CFLAGS  := -O2 -Wall -Wextra -I$(BUILD)/include -Itests/c
+CFLAGS  := -O2 -Wall -Wextra -I$(BUILD)/include -Icmd/gocl-perf
 # Python: a uv-made .venv with gocl installed editable (extras torch, jax, test).
 # Packages are installed with their bytecode compiled: uv skips that by default,
 # and where PYTHONDONTWRITEBYTECODE is set (our machines) every process would
@@ -22,7 +22,7 @@ PYPERF  := python/gocl/_native/gocl-perf
 # gocl behind MPItrampoline's MPI ABI (JAX_CPU_COLLECTIVES_IMPLEMENTATION=mpi, MPITRAMPOLINE_LIB=$(gocl mpi-abi)).
 PYMPIABI := python/gocl/_native/libgocl_mpiabi.so
 MPIABI_SOURCES := mpiabi/gocl_mpiabi.c mpiabi/launcher_world.c mpiabi/launcher_world.h mpiabi/mpiabi_stubs.c mpiabi/mpiabi_consts.h jaxffi/memory.c jaxffi/memory.h capi/gocl.h
-PERF_SOURCES := bench/gocl_perf.c bench/perf_common.c bench/perf_common.h tests/c/launch.c tests/c/launch.h capi/gocl.h
+PERF_SOURCES := cmd/gocl-perf/gocl_perf.c cmd/gocl-perf/perf_common.c cmd/gocl-perf/perf_common.h cmd/gocl-perf/launch.c cmd/gocl-perf/launch.h capi/gocl.h
 DOCTOR_SOURCES := $(shell find cmd/gocl-doctor doctor -type f 2>/dev/null) go.mod $(wildcard go.sum)
 
 .PHONY: mpiabi-gen test-mpiabi help lib run perf test test-go test-race test-c test-python test-engines test-slurm test-lightning test-hf test-ray slurm tmux test-torch27 test-torch-upstream test-torch-upstream-short venv pylib fuzz fuzz-short test-reliability bench bench-jax bench-jax-collectives bench-jax-stress bench-heartbeat bench-scale bench-multihost bench-encrypt test-torchft torchft-short bench-torchft docs mpi clean wheels wheel-tools qemu test-sdist
@@ -114,8 +114,8 @@ $(BUILD)/include/gocl.h: capi/gocl.h
 	@mkdir -p $(BUILD)/include
 	cp $< $@
 
-$(BUILD)/gocl_test: tests/c/gocl_test.c tests/c/launch.c tests/c/launch.h lib
-	$(CC) $(CFLAGS) tests/c/gocl_test.c tests/c/launch.c -L$(BUILD) -lgocl -lm $(RPATH) -o $@
+$(BUILD)/gocl_test: tests/c/gocl_test.c cmd/gocl-perf/launch.c cmd/gocl-perf/launch.h lib
+	$(CC) $(CFLAGS) tests/c/gocl_test.c cmd/gocl-perf/launch.c -L$(BUILD) -lgocl -lm $(RPATH) -o $@
 
 # gocl's XLA FFI handlers on hand-built call frames (no JAX needed).
 $(BUILD)/jaxffi_test: tests/c/jaxffi_test.c jaxffi/xla_ffi.h lib
@@ -143,9 +143,9 @@ $(FAKE_NVML): tests/c/fake_nvml.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -shared -fPIC -Wl,-soname,libnvidia-ml.so.1 $< -o $@
 
-$(BUILD)/mpi-perf: bench/mpi_perf.c bench/perf_common.c bench/perf_common.h
+$(BUILD)/mpi-perf: bench/mpi_perf.c cmd/gocl-perf/perf_common.c cmd/gocl-perf/perf_common.h
 	@command -v mpicc >/dev/null || $(MAKE) mpi
-	mpicc -O2 -Wall $< bench/perf_common.c -lm -o $@
+	mpicc -O2 -Wall -Icmd/gocl-perf $< cmd/gocl-perf/perf_common.c -lm -o $@
 
 # The main job: DDP training on 4 local ranks over gocl and over gloo, in turn.
 run: venv

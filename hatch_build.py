@@ -195,7 +195,7 @@ class CArtifact:
 
     def build(self, tc: Toolchain, root: Path, out: Path) -> Path:
         return _replace(out / self.name, lambda tmp: tc.run(
-            [*tc.cc, "-O2", "-Wall", "-Wextra", "-Icapi", "-Itests/c", *self.flags, *self.sources, f"-L{out}", "-lgocl", "-lpthread", "-lm",
+            [*tc.cc, "-O2", "-Wall", "-Wextra", "-Icapi", "-Icmd/gocl-perf", *self.flags, *self.sources, f"-L{out}", "-lgocl", "-lpthread", "-lm",
              "-Wl,-rpath,$ORIGIN", "-o", str(tmp)], root))
 
 
@@ -207,7 +207,7 @@ ARTIFACTS = [
     GoArtifact("gocl-doctor", "./cmd/gocl-doctor", cflags="-Wno-deprecated-declarations",
                switch="GOCL_BUILD_DOCTOR"),
     # `gocl perf` runs it: nccl-tests' benchmark over the C API.
-    CArtifact("gocl-perf", ("bench/gocl_perf.c", "bench/perf_common.c", "tests/c/launch.c")),
+    CArtifact("gocl-perf", ("cmd/gocl-perf/gocl_perf.c", "cmd/gocl-perf/perf_common.c", "cmd/gocl-perf/launch.c")),
     # `gocl mpi-abi` names it: gocl behind MPItrampoline's MPI ABI (JAX's CPU collectives over MPI).
     CArtifact("libgocl_mpiabi.so", ("mpiabi/gocl_mpiabi.c", "mpiabi/launcher_world.c", "mpiabi/mpiabi_stubs.c",
                                     "jaxffi/memory.c"),

@@ -13,7 +13,7 @@ every few seconds to minutes as the host moves its vCPUs; a whole sweep
 takes 5 s or more): gocl is build/gocl-perf all_reduce -P N (N processes, gocl's default
 transports), MPI is build/mpi-perf all_reduce under mpirun -np N (C
 MPI_Allreduce; OpenMPI on one host uses shared memory). Both are built from
-bench/perf_common.h, so sizes, iterations, data, checks (-c 1) and timing are
+cmd/gocl-perf/perf_common.h, so sizes, iterations, data, checks (-c 1) and timing are
 the same. Per size it prints the median out-of-place time of each, MPI/gocl
 (above 1: gocl is faster) and the busbw of each, then the goals:
 

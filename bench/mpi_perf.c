@@ -3,7 +3,7 @@
  * is measured against (bench/compare.py runs both, alternated).
  *
  * Build (from the repository root):
- *   mpicc -O2 -Wall bench/mpi_perf.c bench/perf_common.c -lm -o build/mpi-perf
+ *   mpicc -O2 -Wall -I cmd/gocl-perf bench/mpi_perf.c cmd/gocl-perf/perf_common.c -lm -o build/mpi-perf
  * Run:
  *   mpirun --allow-run-as-root --oversubscribe -np 4 build/mpi-perf all_reduce -b 8 -e 64M -f 2
  * Options, columns, sizes, warmup, iteration policy, checks, timing and the

@@ -13,7 +13,7 @@ wait for it, every wait is bounded and fails naming what it waited for.
   each rank counts its joins of the scope in ``gocl/unique_id/<scope>/joins``
   and every incarnation of the communicator gets its own round.
 - **TCP on MASTER_ADDR:MASTER_PORT** (:func:`exchange`, the library's
-  goclExchangeUniqueId, which tests/c/launch.c calls too):
+  goclExchangeUniqueId, which cmd/gocl-perf/launch.c calls too):
   ``Communicator.from_env`` and ``gocl.jax.init`` elsewhere. Rank 0 listens
   on MASTER_ADDR's interface and hands the id to each rank that proves the
   launcher's rendezvous secret (GOCL_RENDEZVOUS_SECRET) and asks with the

@@ -1,7 +1,7 @@
 """``gocl perf``: nccl-tests' benchmark for every gocl collective.
 
 The timed loop is C (the ``gocl-perf`` executable next to libgocl.so, built
-from bench/gocl_perf.c over the public C API), so what it measures is the
+from cmd/gocl-perf/gocl_perf.c over the public C API), so what it measures is the
 library, not Python. This module finds it and execs it; with ``--plot`` it
 runs it as a child instead, then draws busbw against size with matplotlib.
 

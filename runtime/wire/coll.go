@@ -39,7 +39,7 @@ type Desc struct {
 	// buffer (RootRecvs): elsewhere it may be NULL, as in NCCL.
 	RootSends, RootRecvs bool
 	// BusFactor is nccl-tests' bus bandwidth factor on n ranks (busbw =
-	// algbw × factor; bench/perf_common.h).
+	// algbw × factor; cmd/gocl-perf/perf_common.h).
 	BusFactor func(n int) float64
 }
 

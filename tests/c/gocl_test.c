@@ -2,7 +2,7 @@
  * gocl_test.c — correctness test of gocl's C API, run as several processes.
  *
  * Build (from the repository root, after `make lib`):
- *   gcc -O2 -Wall -I build/include -I tests/c tests/c/gocl_test.c tests/c/launch.c \
+ *   gcc -O2 -Wall -I build/include -I cmd/gocl-perf tests/c/gocl_test.c cmd/gocl-perf/launch.c \
  *       -L build -lgocl -Wl,-rpath,'$ORIGIN' -lm -o build/gocl_test
  * Run:
  *   build/gocl_test -n 4                  every collective x dtype x op x size, in and out of place

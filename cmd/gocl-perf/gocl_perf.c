@@ -3,7 +3,7 @@
  * over the public C API (gocl.h). `gocl perf` runs it; so does `make perf`.
  *
  * Build (from the repository root, after `make lib`):
- *   gcc -O2 -Wall -I build/include -I tests/c bench/gocl_perf.c bench/perf_common.c tests/c/launch.c \
+ *   gcc -O2 -Wall -I build/include -I cmd/gocl-perf cmd/gocl-perf/gocl_perf.c cmd/gocl-perf/perf_common.c cmd/gocl-perf/launch.c \
  *       -L build -lgocl -lpthread -lm -Wl,-rpath,'$ORIGIN' -o build/gocl-perf
  * Run:
  *   gocl-perf all_reduce -b 8 -e 128M -f 2 -g 2          two ranks, threads of one process
