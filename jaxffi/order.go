@@ -38,9 +38,9 @@ const (
 
 // inlineLimit is the most input bytes a rank's block carries in a world of
 // n ranks: 4 KiB, at most 16 KiB in all, since every round, also a large
-// call's, moves n blocks. Measured on shared memory, 2 ranks, idle machine:
-// an all-gather of 1.6 KB blocks took 17.7 µs, of 4.7 KB 18.6 µs, of 8.8 KB
-// 25.7 µs, of 17 KB 33.5 µs (an 8-byte all_reduce: 19.6 µs).
+// call's, moves n blocks: up to a few KiB a block costs a round no more
+// than an 8-byte all_reduce, past that it grows with the bytes
+// (bench/CALLPATH.md, "jaxffi's order round").
 func inlineLimit(n int) int { return min(4<<10, max(1<<10, (16<<10)/n)) }
 
 func blockBytes(n int) int { return payloadOff + inlineLimit(n) }

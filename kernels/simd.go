@@ -15,8 +15,7 @@ const simdBlock = 32
 // with non-temporal stores, past the caches: a result this large, with its
 // two inputs, fills much of a last-level cache anyway, so keeping it there
 // only evicts other data, and non-temporal stores skip the read-for-ownership of
-// every destination line (measured here, one core: 2x and more at 16 and
-// 64 MiB). glibc's memcpy likewise bypasses the caches for copies that are a sizeable
+// every destination line (bench/CALLPATH.md, "Kernels"). glibc's memcpy likewise bypasses the caches for copies that are a sizeable
 // fraction of the shared cache.
 var nontemporalBytes = 8 << 20 // a variable so tests can lower it
 

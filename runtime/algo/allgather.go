@@ -143,8 +143,8 @@ func bruckAllGather(c *Ctx, p *prims, seg blocks, buf []byte) error {
 
 // runGather is run for an allgather: its result is the N blocks of count
 // elements, not the count its header carries, so it decides on non-temporal stores from
-// N*count. (On 4 ranks a 16 MiB result was written through the cache, block
-// by block under the threshold, and took 1.4x as long per byte as on 2.)
+// N*count: deciding per block, a large result written block by block under
+// the threshold went through the cache (bench/TUNING.md, "Non-temporal results").
 func (c *Ctx) runGather(count int, body func(p *prims) error) error {
 	return c.runNontemporal(kernels.Nontemporal(c.N*count*c.Elem), body)
 }

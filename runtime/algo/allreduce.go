@@ -263,8 +263,8 @@ func AllReduceHalvingDoubling(c *Ctx, send, recv []byte, count int) error {
 // allReduceDoubling is recursive doubling, the halving-doubling family's
 // member for tiny buffers, run on the caller's goroutine like
 // allReduceSmall: log2(n) exchanges of the whole buffer with partners r^1,
-// r^2, r^4, ... instead of halving's 2·log2(n) (8 B at 4 ranks on 2 cores:
-// 12-14 µs against 25-28). Each step waits for one peer, not n-1 at once as
+// r^2, r^4, ... instead of halving's 2·log2(n), which halves a tiny call's
+// time (bench/CALLPATH.md, "Recursive doubling"). Each step waits for one peer, not n-1 at once as
 // the one-shot does. Partials are combined lower ranks first, so every rank
 // gets identical bits.
 func allReduceDoubling(c *Ctx, send, recv []byte, size int) error {

@@ -373,8 +373,8 @@ func (p *prims) enqueue(peer, step int, data []byte) {
 		l := p.c.Links[peer]
 		// A link that can start a frame without waiting (sockets) takes
 		// what fits at once, and the sender goroutine starts only for the
-		// rest: between two processes its hand-offs cost 0.1-0.3 ms a call
-		// (a 2-rank 64 KiB all-reduce over TCP took 300 µs, 44 µs inline).
+		// rest: between two processes a hand-off to a goroutine costs more
+		// than the small frame's whole trip (bench/CALLPATH.md, "Inline sends").
 		if ts, ok := l.(transport.TrySender); ok {
 			if p.inlined != nil {
 				return

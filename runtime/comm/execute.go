@@ -114,7 +114,7 @@ func (c *Comm) collective(op *Op) (err error) {
 	c.live.set(op.Coll, op.Type, ch, 0, -1, max(sb, rb))
 	var start time.Time
 	if c.metrics != nil {
-		start = transport.Now() // one clock read (a read can cost 0.1-0.3 µs)
+		start = transport.Now() // one clock read, not time.Now's two
 	}
 	if c.flight != nil {
 		slot := c.flight.Begin(telemetry.Entry{Hdr: x.Hdr, Bytes: max(sb, rb), Choice: ch})
@@ -156,8 +156,8 @@ func (c *Comm) collective(op *Op) (err error) {
 }
 
 // The algorithms of each collective, by tune.Algo (the tuner picks only
-// those a collective has). Arrays by wire.Coll, not maps: a map lookup was
-// 4% of an 8-byte call.
+// those a collective has). Arrays by wire.Coll, not maps: a map lookup is
+// a visible part of an 8-byte call (bench/CALLPATH.md).
 var unrooted = [...][]func(*algo.Ctx, []byte, []byte, int) error{
 	wire.AllReduce: {tune.Ring: algo.AllReduceRing, tune.Tree: algo.AllReduceTree,
 		tune.Direct: algo.AllReduceDirect, tune.HalvingDoubling: algo.AllReduceHalvingDoubling,
@@ -260,7 +260,7 @@ func (c *Comm) p2p(op *Op) error {
 	var err error
 	var start time.Time
 	if c.metrics != nil {
-		start = transport.Now() // one clock read (a read can cost 0.1-0.3 µs)
+		start = transport.Now() // one clock read, not time.Now's two
 	}
 	if c.flight != nil {
 		slot := c.flight.Begin(telemetry.Entry{Hdr: h, Send: op.IsSend, Peer: peer, Bytes: op.Count * op.Type.Size(), Via: c.links[peer].Name()})

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-
 )
 
 // With GOCL_TRACE_FILE set, a failure writes each rank's calls as JSON

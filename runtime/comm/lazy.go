@@ -238,7 +238,7 @@ func (c *Comm) awaitConns(q, k int, deadline time.Time) ([]net.Conn, error) {
 func (c *Comm) needFor(coll wire.Coll, a tune.Algo, root int) error {
 	k := lazyKey{coll, a, root}
 	if c.lastReady == k || c.ready[k] {
-		c.lastReady = k // a job repeats its call shape: a compare, not a map lookup (20-25 ns a call)
+		c.lastReady = k // a job repeats its call shape: a compare, not a map lookup, per call (bench/CALLPATH.md)
 		return nil
 	}
 	if err := c.need(c.peersOf(coll, a, root)); err != nil {

@@ -73,8 +73,8 @@ func (c *Comm) prepare(op *Op) error {
 	if !op.Type.Valid() {
 		return bad("datatype %d is not a gocl datatype (use goclInt8 ... goclBfloat16, 0..9)", int(op.Type))
 	}
-	// A multiply, not maxBytes / size / nranks: two divisions were a
-	// quarter of an 8-byte call's validation (~20 ns).
+	// A multiply, not maxBytes / size / nranks: divisions were the
+	// costliest part of a small call's validation (bench/CALLPATH.md).
 	if hi, lo := bits.Mul64(uint64(op.Count), uint64(op.Type.Size()*c.nranks)); op.Count < 0 || hi != 0 || lo > maxBytes {
 		return bad("count %d overflows (count × %d bytes × %d ranks must stay below 2^46 bytes)", uint64(op.Count), op.Type.Size(), c.nranks)
 	}

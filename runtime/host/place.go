@@ -73,10 +73,9 @@ func place(tid, slot int) {
 // are not always the one that made the communicator (JAX's collectives run
 // on XLA's worker threads, which take turns; a framework may call from its
 // own thread), and unplaced, the kernel's wake-ups piled both processes'
-// callers on one core of two (psum of 4 KiB over JAX's MPI door, 2
-// processes: 125 µs a call, 62-75 placed). The waiting policy calls it when
-// a busy phase failed, the sign of a peer that shares this core: two
-// syscalls (five the first time), after a busy phase that cost 10 µs.
+// callers on one core of two. The waiting policy calls it when a busy
+// phase failed, the sign of a peer that shares this core: two syscalls
+// (five the first time), small beside the busy phase.
 // Measurements: bench/HOST.md, "Thread placement".
 func RestoreThread() {
 	tid := syscall.Gettid()

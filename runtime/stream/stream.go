@@ -36,8 +36,8 @@ type Stream struct {
 
 	// Lock-free copies of queued and done (and closed), for the pollers
 	// that run before a goroutine parks on cond: a parked worker costs
-	// Enqueue's caller a wake-up (4-5 µs), and a parked Wait a thread
-	// hand-off on its way back to C (tens of µs).
+	// Enqueue's caller a wake-up, and a parked Wait a thread hand-off on
+	// its way back to C (bench/CALLPATH.md, "Streams").
 	nQueued, nDone atomic.Uint64
 	nClosed        atomic.Bool
 	pollIdle       bool // the worker polls when idle (see idle)

@@ -54,16 +54,15 @@ var epoch = time.Now()
 func since() time.Duration { return time.Since(epoch) }
 
 // Now is time.Now for deadlines, at one clock read instead of two (time.Now
-// reads the wall and the monotonic clocks; a read costs 0.1-0.3 µs on some
-// VMs, as much as a small exchange): its monotonic reading is exact, its
+// reads the wall and the monotonic clocks, and on some VMs a read costs as
+// much as a small exchange: bench/CALLPATH.md): its monotonic reading is exact, its
 // wall reading is epoch's plus the monotonic time since, so deadlines made
 // from it and compared with it (Sub, Before, UnixNano) agree.
 func Now() time.Time { return epoch.Add(since()) }
 
 // A Deadline bounds the waits of one call by a timeout that starts when
 // the first wait that has to sleep asks for it (DeadlineUnixNano), so a call
-// whose waits all end while polling never reads the clock (a read costs
-// 0.1-0.3 µs on some VMs, a sixth of a small 2-rank exchange). A stalled
+// whose waits all end while polling never reads the clock (see Now). A stalled
 // peer still fails the call within the timeout of the first sleep; the
 // waits that ended while polling before it made progress. The communicator
 // arms it at every call and shares it with its links (DeadlineSharer); a

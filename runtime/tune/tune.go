@@ -151,10 +151,9 @@ func (p *Plan) allowed(coll wire.Coll, a Algo, bytes int) bool {
 // unmeasured: a choice the model is not trusted with unless GOCL_ALGO asks
 // for it alone. Halving-doubling at n not a power of two (Bruck's
 // allgather, the folded reduce-scatter) on a crowded host, where each of
-// its rounds waits for a wake-up: on 24 processes on 2 cores the one-shot
-// measured faster than Bruck at 1.5-12 KiB and the ring as fast at 768 KiB,
-// where the model, fitted on all-reduce, says Bruck (bench/SCALE.md,
-// "Bruck's allgather").
+// its rounds waits for a wake-up: there the one-shot and the ring measured
+// as fast or faster where the model, fitted on all-reduce, says Bruck
+// (bench/SCALE.md, "Bruck's allgather").
 func (p *Plan) unmeasured(coll wire.Coll, a Algo) bool {
 	return a == HalvingDoubling && p.n&(p.n-1) != 0 && p.crowd > 1 && !p.Algos.only(coll, int(a))
 }

@@ -38,12 +38,12 @@ import (
 // hands over by reference (transport.Mover: an allgather's or a
 // broadcast's frames, in calls of up to 1 MiB): there one copy instead of
 // three (the sender's own block, its copy into the ring, the receiver's
-// copy out) halves the time (bench/SHM.md: allgather of 512 KiB over 2
-// processes 41 -> 20 µs, Open MPI 21). Frames the peer reduces stay on the
+// copy out) halves the time, as Open MPI's single copy does (bench/SHM.md,
+// "Single-copy reads"). Frames the peer reduces stay on the
 // FIFO: there the kernel's copy is the slower one, paying page pinning and
 // a page-table walk per 4 KiB page while the FIFO's two copies run on two
-// cores at once and its slots stay in the shared cache (allreduce 2-3x
-// slower with CMAAll on the 2-core benchmark host), and so do large calls.
+// cores at once and its slots stay in the shared cache (CMAAll made
+// allreduce slower on the 2-core benchmark host), and so do large calls.
 // With Yama's ptrace_scope above 0 the default offers nothing: the read
 // would be refused between sibling ranks, and each refusal logged by the
 // kernel. Send keeps its buffer until the receiver has read it (prims
@@ -82,8 +82,8 @@ const CMAMin = 128 << 10
 // MoveMin is the smallest frame of plain data movement read from the
 // sender's memory (transport.Mover). Below CMAMin, since such a frame saves
 // the sender's copy into the ring too (prims copies its own block while the
-// peer reads): allgather over 2 processes, 64 KiB frames: 10.3 -> 6.3 µs
-// (Open MPI 5.8), 32 KiB frames: 5.4 -> 7.4 (the rendezvous costs more).
+// peer reads); at smaller frames the rendezvous costs more than the copy
+// it saves (bench/SHM.md, "Single-copy reads").
 const MoveMin = 64 << 10
 
 // cmaStep is how much a piecewise receive reads per process_vm_readv: the

@@ -43,8 +43,7 @@ func (l *link) reserve(h *wire.Header, n int) (piece, []byte, error) {
 	if pos != 0 && (pos+need > l.fresh || need <= hotBytes/4 && pos+need > hotBytes) {
 		// The piece would be the first to touch these pages of the ring: a
 		// page fault each, and the zeroing of a new page, on the critical
-		// path (bench/SHM.md: small allreduces ran 3x slower until the pair
-		// had moved the whole ring). Or it is a
+		// path (bench/SHM.md, "Fresh pages of the data ring"). Or it is a
 		// small piece leaving the ring's first hotBytes. Start again at the
 		// ring's start when the piece there overlaps nothing still in use,
 		// so that small frames keep reusing a few hot lines and pages; a

@@ -22,8 +22,8 @@ import (
 // Chunk is the ring chunk (GOCL_BUFFSIZE) a communicator uses when any of
 // its links is a socket and GOCL_BUFFSIZE is not set: a ring step waits for
 // its chunk to cross the link, so every chunk costs a round trip and lets
-// the TCP pipe drain; 4 MiB chunks gave 1.3-1.9x the busbw of 1 MiB ones
-// between two network namespaces (bench/MULTIHOST.md).
+// the TCP pipe drain, so larger chunks carry more (bench/CALLPATH.md,
+// "Socket chunks and polling").
 const Chunk = 4 << 20
 
 // ChunkFor is the chunk for a link between hosts of gbs GB/s (GOCL_NET_GBPS,
@@ -101,10 +101,8 @@ func (l *link) Buffered(n int) bool { return n <= InlineMax }
 // SpinMax is the largest frame a receiver polls for (its header, then its
 // payload) before it parks on the netpoller. A larger one streams in for far
 // longer than a poll can bridge, and the polling reads take the core from
-// the kernel's copies that carry it: between two network namespaces on 2
-// cores, parking at once gave 2-rank all-reduces 2.9x the busbw at 128 KiB,
-// 1.7x at 1 MiB and 1.3x at 32 MiB (medians of 8-10 alternated rounds,
-// bench/multihost.py's setup).
+// the kernel's copies that carry it (bench/CALLPATH.md, "Socket chunks and
+// polling").
 const SpinMax = InlineMax
 
 func (l *link) SetDeadline(t time.Time) {
