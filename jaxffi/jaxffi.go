@@ -5,7 +5,7 @@
 // agrees on and completes XLA's future when done.
 //
 // It is linked into libgocl.so by a blank import in capi; Python (gocl.jax)
-// makes worlds with goclJaxWorldInit and registers the goclJax* handlers with
+// makes sessions with goclJaxSessionInit and registers the goclJax* handlers with
 // jax.ffi.register_ffi_target.
 package jaxffi
 
@@ -25,16 +25,17 @@ import (
 	"gocl/runtime/status"
 )
 
-// goclJaxWorldInit makes this process's ranks of a world: ndev ranks
+// goclJaxSessionInit starts a session: this process's ranks of one
+// communicator (gocl.jax.init to gocl.jax.shutdown), ndev ranks
 // proc*ndev .. proc*ndev+ndev-1 of nprocs*ndev, joined through the 128-byte
 // unique id uid (NULL with nprocs 1: an in-process world). devices (NULL,
 // or ndev ids) are the device ordinals XLA reports for local rank 0, 1, ...
 // (XLA:CPU under jax.distributed numbers devices across processes); without
-// them ordinal i is local rank i. *out gets the world's handle for the
+// them ordinal i is local rank i. *out gets the session's handle for the
 // handlers' comm attribute.
 //
-//export goclJaxWorldInit
-func goclJaxWorldInit(uid *C.char, nprocs, proc, ndev C.int, devices *C.int64_t, out *C.int64_t, msg *C.char, msglen C.size_t) (rc C.int) {
+//export goclJaxSessionInit
+func goclJaxSessionInit(uid *C.char, nprocs, proc, ndev C.int, devices *C.int64_t, out *C.int64_t, msg *C.char, msglen C.size_t) (rc C.int) {
 	var err error
 	defer func() {
 		if r := recover(); r != nil {
@@ -51,20 +52,20 @@ func goclJaxWorldInit(uid *C.char, nprocs, proc, ndev C.int, devices *C.int64_t,
 	if devices != nil && ndev > 0 {
 		devs = append(devs, unsafe.Slice((*int64)(unsafe.Pointer(devices)), int(ndev))...)
 	}
-	h, err := newWorld(id, int(nprocs), int(proc), int(ndev), devs)
+	h, err := newSession(id, int(nprocs), int(proc), int(ndev), devs)
 	if err == nil {
 		*out = C.int64_t(h)
 	}
 	return 0
 }
 
-// goclJaxWorldDestroy waits for the world's queued calls and frees it; with
+// goclJaxSessionDestroy waits for the session's queued calls and frees it; with
 // abort != 0 it fails them instead, so peers fail rather than wait.
 //
-//export goclJaxWorldDestroy
-func goclJaxWorldDestroy(h C.int64_t, abort C.int) {
+//export goclJaxSessionDestroy
+func goclJaxSessionDestroy(h C.int64_t, abort C.int) {
 	defer func() { _ = recover() }() // a panic must not cross into Python
-	if w := takeWorld(int64(h)); w != nil {
+	if w := takeSession(int64(h)); w != nil {
 		w.close(abort != 0)
 	}
 }
@@ -75,7 +76,7 @@ func goclJaxWorldDestroy(h C.int64_t, abort C.int) {
 // XLA status code with gocl's sentence in msg.
 //
 //export goclJaxSubmit
-func goclJaxSubmit(world C.int64_t, ordinal C.int32_t, kind C.int, send, recv unsafe.Pointer, nsend, nrecv C.int64_t,
+func goclJaxSubmit(session C.int64_t, ordinal C.int32_t, kind C.int, send, recv unsafe.Pointer, nsend, nrecv C.int64_t,
 	dtype C.int, op, root, site C.int64_t, perm *C.int64_t, nperm C.int64_t, api *C.gx_api, fut **C.gx_future,
 	msg *C.char, msglen C.size_t) (rc C.int) {
 	var err error
@@ -101,7 +102,7 @@ func goclJaxSubmit(world C.int64_t, ordinal C.int32_t, kind C.int, send, recv un
 		wait = make(chan error, 1)
 		return func(e error) { wait <- e }
 	}
-	ran, err := submit(int64(world), int(ordinal), int64(site), r, later)
+	ran, err := submit(int64(session), int(ordinal), int64(site), r, later)
 	if !ran && wait != nil {
 		err = <-wait
 	}

@@ -78,7 +78,9 @@ _TARGETS = {  # FFI target name -> handler symbol in libgocl.so
 }
 
 
-class _World:
+class _Session:
+    """This process's ranks of the world (jaxffi's session), from init to shutdown."""
+
     def __init__(self, handle: int, rank: int, nprocs: int, ndev: int):
         self.handle, self.rank, self.nprocs, self.ndev = handle, rank, nprocs, ndev
 
@@ -88,7 +90,7 @@ class _World:
 
 
 _lock = threading.RLock()
-_world: _World | None = None
+_session: _Session | None = None
 _registered: set[str] = set()
 _names: dict[int, str] = {}  # site -> where its call is, for error sentences
 
@@ -245,11 +247,11 @@ def init(unique_id: bytes | None = None, rank: int | None = None, world_size: in
     run`, mpirun, srun, a Kubernetes Indexed Job: gocl.world), as
     ``Communicator.from_env`` does.
     Collectives call this on first use."""
-    global _world
+    global _session
     with _lock:
-        if _world is not None:
+        if _session is not None:
             raise InvalidArgumentError(
-                f"gocl.jax.init on rank {_world.rank}: already initialised (call gocl.jax.shutdown() first)")
+                f"gocl.jax.init on rank {_session.rank}: already initialised (call gocl.jax.shutdown() first)")
         if unique_id is None:
             if world_size not in (None, 1):
                 raise InvalidArgumentError(
@@ -267,7 +269,7 @@ def init(unique_id: bytes | None = None, rank: int | None = None, world_size: in
                 raise InvalidArgumentError("gocl.jax.init: with unique_id, pass rank and world_size too")
         ndev = jax.local_device_count() if local_devices is None else int(local_devices)
         lib = _lib.lib()
-        fn = lib.goclJaxWorldInit
+        fn = lib.goclJaxSessionInit
         fn.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
                        ctypes.POINTER(ctypes.c_int64), ctypes.c_char_p, ctypes.c_size_t]
         fn.restype = ctypes.c_int
@@ -284,7 +286,7 @@ def init(unique_id: bytes | None = None, rank: int | None = None, world_size: in
             raise error_for(rc, msg.value.decode("utf-8", "replace"))
         for platform in ("cpu", "CUDA"):
             _register(platform)
-        _world = _World(out.value, int(rank), int(world_size), ndev)
+        _session = _Session(out.value, int(rank), int(world_size), ndev)
 
 
 def shutdown(abort: bool = False) -> None:
@@ -294,9 +296,9 @@ def shutdown(abort: bool = False) -> None:
     was dispatched but has not reached its collective yet is not waited for:
     block on the results you need first (``jax.block_until_ready``).
     ``jax.effects_barrier`` still waits for computations with effects."""
-    global _world
+    global _session
     with _lock:
-        w, _world = _world, None
+        w, _session = _session, None
     if w is None:
         return
     if not abort:
@@ -304,7 +306,7 @@ def shutdown(abort: bool = False) -> None:
             jax.effects_barrier()
         except Exception:  # an earlier collective failed: its error was raised there
             pass
-    fn = _lib.lib().goclJaxWorldDestroy
+    fn = _lib.lib().goclJaxSessionDestroy
     fn.argtypes = [ctypes.c_int64, ctypes.c_int]
     fn.restype = None
     fn(w.handle, 1 if abort else 0)
@@ -313,11 +315,11 @@ def shutdown(abort: bool = False) -> None:
 atexit.register(shutdown)
 
 
-def _get() -> _World:
+def _get() -> _Session:
     with _lock:
-        if _world is None:
+        if _session is None:
             init()
-        return _world
+        return _session
 
 
 def world_size() -> int:

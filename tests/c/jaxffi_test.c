@@ -13,9 +13,9 @@
 
 #include "../../jaxffi/xla_ffi.h"
 
-int goclJaxWorldInit(char *uid, int nprocs, int proc, int ndev, const int64_t *devices, int64_t *out, char *msg,
+int goclJaxSessionInit(char *uid, int nprocs, int proc, int ndev, const int64_t *devices, int64_t *out, char *msg,
                      size_t msglen);
-void goclJaxWorldDestroy(int64_t h, int abort);
+void goclJaxSessionDestroy(int64_t h, int abort);
 
 static int failures;
 #define CHECK(cond, ...)                                                   \
@@ -242,7 +242,7 @@ static void test_decoding(int64_t world) {
     fr.f.args.size = 2;
     expect_error(call(goclJaxAllReduce, &fr), GX_INVALID_ARGUMENT, "expected one argument buffer, got 2", "arity");
     make(&fr, &api_full, 0, GX_F32, a, 4, b, 4, 987654, 0, 0, 1, NULL, 0);
-    expect_error(call(goclJaxAllReduce, &fr), GX_FAILED_PRECONDITION, "world 987654 does not exist", "no world");
+    expect_error(call(goclJaxAllReduce, &fr), GX_FAILED_PRECONDITION, "session 987654 does not exist", "no session");
     make(&fr, &api_full, 7, GX_F32, a, 4, b, 4, world, 0, 0, 1, NULL, 0);
     expect_error(call(goclJaxAllReduce, &fr), GX_FAILED_PRECONDITION, "runs on device 7, which is not one of the 3", "bad ordinal");
     make(&fr, &api_full, 0, GX_F32, a, 4, b, 5, world, 0, 0, 1, NULL, 0);
@@ -381,36 +381,36 @@ int main(void) {
     test_handshake();
     char msg[1024] = "";
     int64_t world = 0;
-    int rc = goclJaxWorldInit(NULL, 1, 0, N, NULL, &world, msg, sizeof msg);
-    CHECK(rc == 0, "world init: %d %s", rc, msg);
+    int rc = goclJaxSessionInit(NULL, 1, 0, N, NULL, &world, msg, sizeof msg);
+    CHECK(rc == 0, "session init: %d %s", rc, msg);
     if (rc != 0) return 1;
     test_decoding(world);
     run_ranks(world, rank_main);
     run_ranks(world, conc_rank);
-    goclJaxWorldDestroy(world, 0);
+    goclJaxSessionDestroy(world, 0);
 
     /* The blocking path (jaxlib 0.5's API struct: no futures, no ordinal) on a
      * world of one whose device XLA numbers 0, then ordinal 2048 (as XLA:CPU
      * numbers process 1's device under jax.distributed). */
     const int64_t devs[] = {0};
-    rc = goclJaxWorldInit(NULL, 1, 0, 1, devs, &world, msg, sizeof msg);
-    CHECK(rc == 0, "world init: %d %s", rc, msg);
+    rc = goclJaxSessionInit(NULL, 1, 0, 1, devs, &world, msg, sizeof msg);
+    CHECK(rc == 0, "session init: %d %s", rc, msg);
     float x[3] = {1, 2, 3}, y[3] = {0};
     frame fr;
     make(&fr, &api_small, 0, GX_F32, x, 3, y, 3, world, 0, 0, 1, NULL, 0);
     gx_error *e = call(goclJaxAllReduce, &fr);
     CHECK(e == NULL && fr.f.future == NULL && y[2] == 3, "blocking all_reduce: %s", e ? e->msg : "");
-    goclJaxWorldDestroy(world, 0);
+    goclJaxSessionDestroy(world, 0);
     const int64_t devs2[] = {2048};
-    rc = goclJaxWorldInit(NULL, 1, 0, 1, devs2, &world, msg, sizeof msg);
+    rc = goclJaxSessionInit(NULL, 1, 0, 1, devs2, &world, msg, sizeof msg);
     make(&fr, &api_full, 2048, GX_F32, x, 3, y, 3, world, 0, 0, 1, NULL, 0);
     e = call(goclJaxAllReduce, &fr);
     CHECK(rc == 0 && e == NULL && y[2] == 3, "ordinal 2048: %s", e ? e->msg : msg);
     make(&fr, &api_full, 0, GX_F32, x, 3, y, 3, world, 0, 0, 1, NULL, 0);
     expect_error(call(goclJaxAllReduce, &fr), GX_FAILED_PRECONDITION, "runs on device 0, which is not one of the 1 local devices", "unknown ordinal");
-    goclJaxWorldDestroy(world, 0);
+    goclJaxSessionDestroy(world, 0);
     make(&fr, &api_small, 0, GX_F32, x, 3, y, 3, world, 0, 0, 1, NULL, 0);
-    expect_error(call(goclJaxAllReduce, &fr), GX_FAILED_PRECONDITION, "does not exist", "destroyed world");
+    expect_error(call(goclJaxAllReduce, &fr), GX_FAILED_PRECONDITION, "does not exist", "destroyed session");
 
     /* CUDA handlers: decoding is shared; on a machine without the CUDA
      * runtime the call fails with a sentence instead of crashing. */
@@ -426,7 +426,7 @@ int main(void) {
     make(&fr, &api_full, 0, GX_PRED, x, 3, y, 3, 1, 0, 0, 1, NULL, 0);
     expect_error(call(goclJaxAllReduceCuda, &fr), GX_INVALID_ARGUMENT, "op 0 on bool arrays", "CUDA decoding");
 
-    rc = goclJaxWorldInit(NULL, 2, 5, 1, NULL, &world, msg, sizeof msg);
+    rc = goclJaxSessionInit(NULL, 2, 5, 1, NULL, &world, msg, sizeof msg);
     CHECK(rc == 4 && strstr(msg, "world_size=2") != NULL, "bad init: %d %s", rc, msg);
     if (failures) {
         fprintf(stderr, "jaxffi_test: %d failures\n", failures);

@@ -8,15 +8,16 @@ import (
 	"gocl/runtime/status"
 )
 
-// A world is this process's ranks of one communicator: one lane per local
+// A session is this process's ranks of one communicator, from gocl.jax.init
+// to gocl.jax.shutdown (the world is every process's): one lane per local
 // device (ranks proc*ndev+i), each driven by its own goroutine.
-type world struct {
+type session struct {
 	lanes   []*lane
 	devices []int64 // XLA's device ordinal of each lane; nil: the lane index
 }
 
 // lane returns the lane of the device XLA runs a call on.
-func (w *world) lane(ordinal int) *lane {
+func (w *session) lane(ordinal int) *lane {
 	for i, d := range w.devices {
 		if d == int64(ordinal) {
 			return w.lanes[i]
@@ -29,12 +30,12 @@ func (w *world) lane(ordinal int) *lane {
 }
 
 var (
-	worldsMu  sync.Mutex
-	worlds    = map[int64]*world{}
-	nextWorld int64
+	sessionsMu  sync.Mutex
+	sessions    = map[int64]*session{}
+	nextSession int64
 )
 
-func newWorld(id *bootstrap.ID, nprocs, proc, ndev int, devices []int64) (int64, error) {
+func newSession(id *bootstrap.ID, nprocs, proc, ndev int, devices []int64) (int64, error) {
 	if ndev < 1 || nprocs < 1 || proc < 0 || proc >= nprocs {
 		return 0, badArg("gocl.jax.init: need local_devices >= 1 and 0 <= rank < world_size, got local_devices=%d, rank=%d, world_size=%d", ndev, proc, nprocs)
 	}
@@ -63,18 +64,18 @@ func newWorld(id *bootstrap.ID, nprocs, proc, ndev int, devices []int64) (int64,
 	if err != nil {
 		return 0, err
 	}
-	w := &world{lanes: make([]*lane, ndev), devices: devices}
+	w := &session{lanes: make([]*lane, ndev), devices: devices}
 	for i, c := range comms {
 		w.lanes[i] = newLane(c)
 	}
-	worldsMu.Lock()
-	defer worldsMu.Unlock()
-	nextWorld++
-	worlds[nextWorld] = w
-	return nextWorld, nil
+	sessionsMu.Lock()
+	defer sessionsMu.Unlock()
+	nextSession++
+	sessions[nextSession] = w
+	return nextSession, nil
 }
 
-func (w *world) deviceList() []int64 {
+func (w *session) deviceList() []int64 {
 	if w.devices != nil {
 		return w.devices
 	}
@@ -85,15 +86,15 @@ func (w *world) deviceList() []int64 {
 	return l
 }
 
-func takeWorld(h int64) *world {
-	worldsMu.Lock()
-	defer worldsMu.Unlock()
-	w := worlds[h]
-	delete(worlds, h)
+func takeSession(h int64) *session {
+	sessionsMu.Lock()
+	defer sessionsMu.Unlock()
+	w := sessions[h]
+	delete(sessions, h)
 	return w
 }
 
-func (w *world) close(abort bool) {
+func (w *session) close(abort bool) {
 	for _, l := range w.lanes {
 		l.stop(abort)
 	}
@@ -105,11 +106,11 @@ func (w *world) close(abort bool) {
 // the call cannot yet be run, so it may make an XLA future). A rejected call
 // returns ran with its error.
 func submit(h int64, ordinal int, site int64, r request, later func() func(error)) (ran bool, err error) {
-	worldsMu.Lock()
-	w := worlds[h]
-	worldsMu.Unlock()
+	sessionsMu.Lock()
+	w := sessions[h]
+	sessionsMu.Unlock()
 	if w == nil {
-		return true, status.Errorf(status.InvalidUsage, "gocl.jax %s: world %d does not exist (it was shut down, or never made: call gocl.jax.init first)", kindName(r.kind), h)
+		return true, status.Errorf(status.InvalidUsage, "gocl.jax %s: session %d does not exist (it was shut down, or never made: call gocl.jax.init first)", kindName(r.kind), h)
 	}
 	l := w.lane(ordinal)
 	if l == nil {

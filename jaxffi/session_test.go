@@ -17,7 +17,7 @@ import (
 // the same call on the other ranks. Run with -race, it also checks the lanes.
 func TestLanesAgreeOnOrder(t *testing.T) {
 	const n, sites, rounds, count = 3, 5, 10, 257
-	h, _ := testWorld(t, n)
+	h, _ := testSession(t, n)
 	var wg sync.WaitGroup
 	errs := make(chan error, n*sites*rounds)
 	for r := 0; r < n; r++ {
@@ -63,11 +63,11 @@ func TestLanesAgreeOnOrder(t *testing.T) {
 }
 
 func TestSubmitRejectsBadCalls(t *testing.T) {
-	h, err := newWorld(nil, 1, 0, 2, []int64{0, 2048})
+	h, err := newSession(nil, 1, 0, 2, []int64{0, 2048})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { takeWorld(h).close(false) }()
+	defer func() { takeSession(h).close(false) }()
 	b := make([]byte, 64)
 	p := unsafe.Pointer(&b[0])
 	for _, c := range []struct {
@@ -89,7 +89,7 @@ func TestSubmitRejectsBadCalls(t *testing.T) {
 		}
 	}
 	if _, err := submit(h+100, 0, 1, request{kind: int(wire.AllReduce)}, nil); err == nil || !strings.Contains(err.Error(), "does not exist") {
-		t.Errorf("missing world: %v", err)
+		t.Errorf("missing session: %v", err)
 	}
 }
 
@@ -97,7 +97,7 @@ func TestSubmitRejectsBadCalls(t *testing.T) {
 // a call it has not made yet hands the lane to its goroutine and returns;
 // both calls then finish there, paired with rank 0's.
 func TestInlineCallerHandsOff(t *testing.T) {
-	h, _ := testWorld(t, 2)
+	h, _ := testSession(t, 2)
 	in := [2][2][4]float32{} // [rank][site A, B]
 	out := [2][2][4]float32{}
 	for r := range 2 {
@@ -155,11 +155,11 @@ func TestInlineCallerHandsOff(t *testing.T) {
 // the goroutine when it leaves a stopping lane (it does not after every
 // call).
 func TestStopWaitsForTheInlineCaller(t *testing.T) {
-	h, err := newWorld(nil, 1, 0, 2, nil)
+	h, err := newSession(nil, 1, 0, 2, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := takeWorld(h) // the lanes are driven directly below
+	w := takeSession(h) // the lanes are driven directly below
 	in, out := [2][1]float64{{1}, {2}}, [2][1]float64{}
 	req := func(r int) request {
 		return request{kind: int(wire.AllReduce), send: unsafe.Pointer(&in[r][0]), recv: unsafe.Pointer(&out[r][0]),
@@ -210,7 +210,7 @@ func TestStopWaitsForTheInlineCaller(t *testing.T) {
 // ranks, against values computed here.
 func TestEveryKindSettledAndRun(t *testing.T) {
 	const n = 3
-	h, _ := testWorld(t, n)
+	h, _ := testSession(t, n)
 	val := func(r, i int) int32 { return int32((i*7+r*3)%5 + 1) }
 	site := int64(0)
 	for _, elems := range []int{3 * n, n * (inlineLimit(n)/4/n + 1)} { // 4-byte elements: inline, then not
@@ -281,11 +281,11 @@ func TestEveryKindSettledAndRun(t *testing.T) {
 func TestMismatchedCallFailsEveryRank(t *testing.T) {
 	name := "step.py:12 in step, traced for step at step.py:10 (in jit_step)"
 	nameSite(7, name)
-	h, err := newWorld(nil, 1, 0, 2, nil)
+	h, err := newSession(nil, 1, 0, 2, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { takeWorld(h).close(true) }()
+	defer func() { takeSession(h).close(true) }()
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for r := range 2 {
@@ -313,7 +313,7 @@ func TestMismatchedCallFailsEveryRank(t *testing.T) {
 // call is settled by the order round alone, with no collective of its own.
 func TestOneAtATimeIsSettledByTheRound(t *testing.T) {
 	const n, calls = 2, 50
-	h, w := testWorld(t, n)
+	h, w := testSession(t, n)
 	var wg sync.WaitGroup
 	for r := range n {
 		wg.Add(1)
@@ -344,7 +344,7 @@ func TestOneAtATimeIsSettledByTheRound(t *testing.T) {
 // positions, inputs carried, and names the rest in rank 0's order.
 func TestRoundSettlesTheCommonPrefix(t *testing.T) {
 	const n = 3
-	_, w := testWorld(t, n)
+	_, w := testSession(t, n)
 	small, large := 4, inlineLimit(n) // float32 elements: D's input does not fit
 	for _, c := range []struct {
 		name   string
@@ -428,24 +428,24 @@ func TestRoundSettlesTheCommonPrefix(t *testing.T) {
 	}
 }
 
-// testWorld is an in-process world of n device ranks, closed when the test ends.
-func testWorld(t testing.TB, n int) (int64, *world) {
+// testSession is an in-process session of n device ranks, closed when the test ends.
+func testSession(t testing.TB, n int) (int64, *session) {
 	t.Helper()
-	h, err := newWorld(nil, 1, 0, n, nil)
+	h, err := newSession(nil, 1, 0, n, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { takeWorld(h).close(false) })
-	worldsMu.Lock()
-	defer worldsMu.Unlock()
-	return h, worlds[h]
+	t.Cleanup(func() { takeSession(h).close(false) })
+	sessionsMu.Lock()
+	defer sessionsMu.Unlock()
+	return h, sessions[h]
 }
 
 // The jitted 8-byte all_reduce's path on 2 in-process ranks, one call at a
 // time (settled by the order round): its time and allocations per call.
 func BenchmarkOneAtATime(b *testing.B) {
 	const n = 2
-	h, _ := testWorld(b, n)
+	h, _ := testSession(b, n)
 	b.ReportAllocs()
 	var wg sync.WaitGroup
 	for r := range n {
