@@ -25,7 +25,7 @@ def init_groups():
 def launch(script: str, n: int, worker_args: list[str]) -> Iterator[dict]:
     """Run `script --worker worker_args` as n local ranks; yield rank 0's JSON
     rows (other lines go to stderr); SystemExit if a rank fails."""
-    from gocl.launcher import free_port, rank_env
+    from gocl.tools.launcher import free_port, rank_env
 
     port = free_port()
     cmd = [sys.executable, script, "--worker", *worker_args]

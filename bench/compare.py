@@ -373,7 +373,7 @@ def main() -> int:
     png = a.out_dir / "busbw.png"
     try:
         sys.path.insert(0, str(REPO / "python"))
-        from gocl.perf import plot
+        from gocl.tools.perf import plot
 
         plot(runs, png, title="allreduce busbw: gocl vs OpenMPI (medians)")
         md += ["", f"![busbw against size]({png.name})"]

@@ -163,7 +163,7 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
-    from gocl.launcher import free_port, rank_env
+    from gocl.tools.launcher import free_port, rank_env
 
     if args.mpi4jax and (why := mpi4jax_missing()):
         print(f"mpi4jax column skipped: {why}", file=sys.stderr)

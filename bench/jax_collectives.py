@@ -178,7 +178,7 @@ def worker(args) -> None:
 # ---------------------------------------------------------------- launcher
 class Group:
     def __init__(self, name: str, n: int, args, extra_env: dict[str, str]):
-        from gocl.launcher import free_port, rank_env
+        from gocl.tools.launcher import free_port, rank_env
 
         port, jport = free_port(), free_port()
         secret = os.environ.get("GOCL_RENDEZVOUS_SECRET") or os.urandom(16).hex()
@@ -309,7 +309,7 @@ def main() -> None:
         args.group = args.worker
         worker(args)
         return
-    from gocl.launcher import mpi_abi_path
+    from gocl.tools.launcher import mpi_abi_path
 
     lib = mpi_abi_path()
     if not lib.is_file():

@@ -4,7 +4,7 @@ gloo and OpenMPI, on the same shaped links, alternated, as ratios to the link.
     make bench-multihost                      # needs root, iproute2 (ip, tc) and OpenMPI
     .venv/bin/python bench/multihost.py --hosts 2 --ranks-per-host 2 --rate 1gbit --rounds 3
 
-The hosts are network namespaces (gocl.netns): 2 joined by a veth
+The hosts are network namespaces (gocl.tools.netns): 2 joined by a veth
 pair, more on a bridge, each direction of each host's link shaped to --rate
 by a token bucket (tc tbf), so the link and not the kernel's copies bounds
 what crosses it, as on a 1/10/25 GbE cluster. When every rank can have a
@@ -47,8 +47,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from gocl import netns
-from gocl.perf_hosts import human
+from gocl.tools import netns
+from gocl.tools.perf_hosts import human
 
 REPO = Path(__file__).resolve().parents[1]
 PORT = 29470

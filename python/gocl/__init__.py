@@ -10,8 +10,8 @@ fork before that. The numpy API lives in :mod:`gocl.comm`::
         comm.all_reduce(x)                          # in place: x == world_size
 
 Other pieces: ``gocl.errors`` (exceptions), ``gocl.torch_backend`` (the
-torch.distributed backend ``"gocl"``), ``gocl run`` (launcher, ``gocl.launcher``)
-and the pytest plugin (``@pytest.mark.ranks(n)``, ``gocl.pytest_plugin``).
+torch.distributed backend ``"gocl"``), ``gocl run`` (launcher, ``gocl.tools.launcher``)
+and the pytest plugin (``@pytest.mark.ranks(n)``, ``gocl.testing.plugin``).
 """
 
 from __future__ import annotations

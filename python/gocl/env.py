@@ -25,7 +25,7 @@ import shlex
 import sys
 from typing import Any, Mapping
 
-from . import doctor
+from .tools import doctor
 
 __all__ = ["recommended", "apply", "main"]
 
@@ -34,7 +34,7 @@ def recommended(report: Mapping[str, Any] | None = None, *, python: str | None =
                 facts: str | os.PathLike | None = None, keep_user: bool = True) -> dict[str, str]:
     """Environment variables the doctor recommends here, as ``{name: value}``.
 
-    report: a report from gocl.doctor.report() (default: run the doctor now,
+    report: a report from gocl.tools.doctor.report() (default: run the doctor now,
     on this interpreter, or on ``python``, or judging the saved ``facts``).
     keep_user: leave out variables that are already set in the examined
     environment (the user's choice wins); merged flag variables are kept

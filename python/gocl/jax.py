@@ -48,7 +48,7 @@ def _point_mpitrampoline_at_gocl() -> None:
         return
     if os.environ.get("JAX_CPU_COLLECTIVES_IMPLEMENTATION", "mpi") != "mpi":
         return
-    from .launcher import mpi_abi_path
+    from .tools.launcher import mpi_abi_path
 
     lib = mpi_abi_path()
     if lib.is_file():
@@ -227,7 +227,7 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
         process_id = w.rank if w is not None else 0
     if coordinator_address is None and not os.environ.get("JAX_COORDINATOR_ADDRESS"):
         if w is None or int(num_processes) == 1:
-            from .launcher import free_port
+            from .tools.launcher import free_port
 
             coordinator_address = f"127.0.0.1:{free_port()}"
         elif w.addr:

@@ -306,7 +306,7 @@ def test_worker_setup_hook_registers(cluster):
 
 def test_two_nodes():
     """A Ray head and a Ray worker node in network namespaces of their own
-    (gocl.netns; needs root), each with a decoy interface first: gocl (and
+    (gocl.tools.netns; needs root), each with a decoy interface first: gocl (and
     gloo) must use the link named by GOCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME.
     ray.util.collective between an actor on each node, and TorchTrainer with
     one worker per node on gloo and on gocl, losses compared."""
@@ -316,7 +316,7 @@ def test_two_nodes():
     import time  # noqa: PLC0415
     from pathlib import Path  # noqa: PLC0415
 
-    from gocl import netns  # noqa: PLC0415
+    from gocl.tools import netns  # noqa: PLC0415
 
     why = netns.unavailable()
     if why:

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import gocl
-from gocl import cli, trace
+from gocl.tools import cli, trace
 
 
 def free_port() -> int:

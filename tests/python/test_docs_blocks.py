@@ -126,7 +126,7 @@ def test_the_c_block_compiles():
 
 
 def _gocl_commands() -> set[str]:
-    from gocl import cli
+    from gocl.tools import cli
 
     p = cli.parser()
     sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))

@@ -1,4 +1,4 @@
-"""gocl.doctor and gocl.env over the gocl-doctor executable.
+"""gocl.tools.doctor and gocl.env over the gocl-doctor executable.
 
 Needs the executable: python/gocl/_native/gocl-doctor (built with the
 package) or $GOCL_DOCTOR; without it every test here is skipped. Fixtures
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from gocl import doctor, env
+from gocl import env
+from gocl.tools import doctor
 
 REPO = Path(__file__).resolve().parents[2]
 TESTDATA = REPO / "doctor" / "testdata"
@@ -209,7 +210,7 @@ def test_jax_collectives_over_gocls_mpi_abi(monkeypatch):
     """The environment `gocl run` gives its ranks: the check names gocl's
     MPI ABI, read from the library itself; without the library, an error."""
     pytest.importorskip("jax")
-    from gocl.launcher import mpi_abi_path
+    from gocl.tools.launcher import mpi_abi_path
 
     lib = mpi_abi_path()
     if not lib.is_file():

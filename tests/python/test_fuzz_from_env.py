@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from gocl.launcher import free_port, new_secret, rank_env
+from gocl.tools.launcher import free_port, new_secret, rank_env
 
 SECONDS = float(os.environ.get("GOCL_FUZZ_SECONDS", "1"))
 AUTH = b"GOCLAUTH"  # the bootstrap handshake's magic, then the dialer's 32-byte nonce

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gocl.launcher import free_port, mpi_abi_path
+from gocl.tools.launcher import free_port, mpi_abi_path
 
 ROOT = Path(__file__).resolve().parents[2]
 RANK_SCRIPT = ROOT / "tests" / "python" / "jax_initialize_rank.py"

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from gocl.launcher import free_port, mpi_abi_path
+from gocl.tools.launcher import free_port, mpi_abi_path
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = ROOT / "mpiabi" / "mpiabi_names.txt"

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gocl.launcher import free_port, mpi_abi_path
+from gocl.tools.launcher import free_port, mpi_abi_path
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "jax_train.py"

@@ -134,7 +134,7 @@ def test_console_script_is_installed():
 
 
 def test_doctor_passes_every_option_through():
-    from gocl import doctor
+    from gocl.tools import doctor
 
     if not doctor.binary_path().is_file():
         pytest.skip("gocl-doctor is not built")

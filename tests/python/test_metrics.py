@@ -12,7 +12,7 @@ import subprocess
 import sys
 from collections import defaultdict
 
-from gocl import cli, trace
+from gocl.tools import cli, trace
 
 # 8 B .. 1 MiB, x32: 8 B, 256 B, 8 KiB, 256 KiB (and 1 MiB is past the end).
 SWEEP = ["-b", "8", "-e", "1M", "-f", "32", "-n", "20", "-w", "5", "-c", "0"]

@@ -1,5 +1,5 @@
 """Several hosts on one machine: network namespaces joined by a veth pair
-or a bridge (gocl.netns), 2 hosts x 2 ranks, 3 hosts x 1 rank.
+or a bridge (gocl.tools.netns), 2 hosts x 2 ranks, 3 hosts x 1 rank.
 
 - `gocl run --nnodes 2 --node-rank K --master-addr ...` on each host: TCP
   between hosts, shared memory inside each (the transport per pair, from
@@ -33,8 +33,8 @@ from pathlib import Path
 import launched
 import pytest
 
-from gocl import netns
-from gocl.launcher import new_secret, rank_env
+from gocl.tools import netns
+from gocl.tools.launcher import new_secret, rank_env
 
 HERE = Path(__file__).resolve().parent
 

@@ -607,7 +607,7 @@ def test_fork_after_load_raises_fork_error(tmp_path):
 
 
 def test_import_gocl_does_not_load_the_library():
-    code = ("import gocl, gocl.comm, gocl.errors, gocl.launcher, gocl.cli, gocl.pytest_plugin, sys\n"
+    code = ("import gocl, gocl.comm, gocl.errors, gocl.tools.launcher, gocl.tools.cli, gocl.testing.plugin, sys\n"
             "gocl.Communicator, gocl.premul_sum(2)\n"
             "from gocl import _lib\n"
             "maps = open('/proc/self/maps').read()\n"

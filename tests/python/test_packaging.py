@@ -59,15 +59,15 @@ def test_wheel_is_python_version_independent(built):
         assert "gocl/_native/gocl-perf" in names
         assert z.getinfo("gocl/_native/gocl-perf").external_attr >> 16 & 0o111, "gocl-perf not executable"
         assert not any(n.endswith("libgocl.h") for n in names)
-        assert {"gocl/__init__.py", "gocl/comm.py", "gocl/launcher.py", "gocl/pytest_plugin.py"} <= names
+        assert {"gocl/__init__.py", "gocl/comm.py", "gocl/tools/launcher.py", "gocl/testing/plugin.py"} <= names
         info = f"gocl-{gocl.__version__}.dist-info"
         wheel_meta = z.read(f"{info}/WHEEL").decode()
         assert f"Tag: py3-none-{platform}" in wheel_meta and "Root-Is-Purelib: false" in wheel_meta
         eps = configparser.ConfigParser()
         eps.read_string(z.read(f"{info}/entry_points.txt").decode())
-        assert eps["console_scripts"]["gocl"] == "gocl.cli:main"
+        assert eps["console_scripts"]["gocl"] == "gocl.tools.cli:main"
         assert eps["torch.backends"]["gocl"] == "gocl.torch_backend:_autoload"
-        assert eps["pytest11"]["gocl"] == "gocl.pytest_plugin"
+        assert eps["pytest11"]["gocl"] == "gocl.testing.plugin"
         meta = z.read(f"{info}/METADATA").decode()
         for extra in ("torch", "jax", "test", "plot"):
             assert f"Provides-Extra: {extra}" in meta

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from gocl import perf
+from gocl.tools import perf
 
 COLLECTIVES = ["all_reduce", "all_gather", "broadcast", "reduce", "reduce_scatter", "alltoall", "sendrecv"]
 # nccl-tests' busbw factors at n ranks (doc/PERFORMANCE.md).

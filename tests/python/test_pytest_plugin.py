@@ -215,7 +215,7 @@ def test_ranks_fork_from_a_zygote_only_when_safe(tmp_path, case):
     GOCL_PYTEST_START=spawn spawns. Every rank passes either way."""
     (tmp_path / "loads_gocl.py").write_text("import gocl._lib\ngocl._lib.lib()\n")
     env = dict(os.environ, GOCL_PYTEST_START="spawn" if case == "spawn" else "zygote",
-               WANT_START="gocl._pytest_zygote" if case == "zygote" else "gocl._pytest_runner")
+               WANT_START="gocl.testing.zygote" if case == "zygote" else "gocl.testing.runner")
     extra = ["-o", "gocl_ranks_preload=numpy loads_gocl"] if case == "libgocl-loaded" else []
     source = ZYGOTE_CASES.format(extra_import="import loads_gocl" if case == "libgocl-loaded" else "")
     parents = tmp_path / "parents"
@@ -231,7 +231,7 @@ def test_ranks_fork_from_a_zygote_only_when_safe(tmp_path, case):
 def test_zygote_refuses_with_libgocl_loaded_or_threads():
     code = textwrap.dedent("""
         import threading, time
-        from gocl._pytest_zygote import unsafe_to_fork
+        from gocl.testing.zygote import unsafe_to_fork
         print(unsafe_to_fork())
         t = threading.Thread(target=time.sleep, args=(1,)); t.start()
         print(unsafe_to_fork()); t.join()

@@ -24,7 +24,7 @@ import pytest
 
 import gocl
 from gocl import _lib, _rendezvous as rv
-from gocl.launcher import free_port, new_secret
+from gocl.tools.launcher import free_port, new_secret
 
 # Rank 1 comes late, so rank 0 is serving the id while the attacker asks.
 JOB = textwrap.dedent("""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gocl import status
+from gocl.tools import status
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
@@ -167,7 +167,7 @@ def test_the_endpoint_refuses_strangers_and_survives_them(tmp_path):
         silent.close()
         if os.getuid() == 0 and shutil.which("setpriv"):  # another user: the directory and key are closed to it
             r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
-                                "import sys; from gocl import status; from pathlib import Path; "
+                                "import sys; from gocl.tools import status; from pathlib import Path; "
                                 f"print(status.collect(Path({str(ep.sock.parent)!r})))"],
                                capture_output=True, text=True, timeout=60, env=job.env)
             assert "'process'" not in r.stdout, r.stdout + r.stderr

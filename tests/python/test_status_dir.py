@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gocl import status
+from gocl.tools import status
 
 BIN = Path(sys.executable).parent
 FIX = "remove it, or set GOCL_STATUS_DIR to a directory only you can read"

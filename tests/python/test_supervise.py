@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from gocl._supervise import describe_exit, first_failure, kill_running, stop, watch
+from gocl.tools._supervise import describe_exit, first_failure, kill_running, stop, watch
 
 
 def test_describe_exit():

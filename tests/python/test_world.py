@@ -91,7 +91,7 @@ def test_python_reader_follows_the_table(case, tmp_path):
 def mpiabi_world(tmp_path_factory):
     """tests/c/mpiabi_test.c built, run as `--world HOSTNAME` against gocl's
     MPI ABI library: the C reader's answer for an environment."""
-    from gocl.launcher import mpi_abi_path
+    from gocl.tools.launcher import mpi_abi_path
     lib = mpi_abi_path()
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not lib.is_file() or cc is None:

@@ -21,7 +21,7 @@ failing rank and the output of the others. After ``timeout`` seconds the ranks'
 Python stacks are dumped (faulthandler) and they are killed: a hang becomes a
 failure that shows where each rank was. ``pytest.skip()`` on every rank skips.
 
-Start-up: a rank is forked from a zygote (gocl._pytest_zygote) that has
+Start-up: a rank is forked from a zygote (gocl.testing.zygote) that has
 imported the test module's heavy dependencies once (``gocl_ranks_preload``:
 numpy, torch, torch.distributed, pytest, those whose package the test module
 uses), unless that is unsafe: the zygote checks that libgocl.so is not loaded
@@ -58,9 +58,9 @@ from pathlib import Path
 
 import pytest
 
-from ._pytest_runner import SKIP_CODE
-from ._supervise import describe_exit, kill_running, stop, watch
-from .launcher import free_port, new_secret, rank_env
+from .runner import SKIP_CODE
+from ..tools._supervise import describe_exit, kill_running, stop, watch
+from ..tools.launcher import free_port, new_secret, rank_env
 
 DEFAULT_TIMEOUT = 120.0
 # How long the other ranks may run on after one failed, to report their own failures.
@@ -128,10 +128,10 @@ class _ZygoteRank:
 
 
 class _Zygote:
-    """A running gocl._pytest_zygote: forks ranks on request and reports their ends."""
+    """A running gocl.testing.zygote: forks ranks on request and reports their ends."""
 
     def __init__(self, env: dict[str, str], preload: list[str], cwd: str):
-        self.proc = subprocess.Popen([sys.executable, "-m", "gocl._pytest_zygote", *preload], env=env,
+        self.proc = subprocess.Popen([sys.executable, "-m", "gocl.testing.zygote", *preload], env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      start_new_session=True, cwd=cwd)
         self.codes: dict[int, int] = {}
@@ -331,7 +331,7 @@ def run_ranks(item, n: int, timeout: float) -> None:
                     continue
                 with open(logs[r], "wb") as log:
                     procs.append(subprocess.Popen(
-                        [sys.executable, "-m", "gocl._pytest_runner", str(work / "spec.json")],
+                        [sys.executable, "-m", "gocl.testing.runner", str(work / "spec.json")],
                         env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                         start_new_session=True, cwd=cwd))
             outcome = _supervise(procs, timeout)
@@ -366,7 +366,7 @@ def _diagnose(procs: list, running: list[int]) -> dict | None:
     ranks not in a gocl call, or the straggler their waits lead to, are the
     ones to blame; the others get one line each (their call and whom they
     wait on). None when no rank answers (GOCL_STATUS=0, no communicator)."""
-    from . import status as st
+    from ..tools import status as st
 
     rank_of = {procs[r].pid: r for r in running}
     try:

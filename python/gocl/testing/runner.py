@@ -1,6 +1,6 @@
-"""One rank of a ``@pytest.mark.ranks`` test (see gocl.pytest_plugin).
+"""One rank of a ``@pytest.mark.ranks`` test (see gocl.testing.plugin).
 
-``python -m gocl._pytest_runner SPEC.json``: imports the test module by path
+``python -m gocl.testing.runner SPEC.json``: imports the test module by path
 (with pytest's assertion rewriting when it can), calls the test function with
 the pickled arguments, and reports through files in the spec's results
 folder: ``rank<R>.traceback`` on failure (exit 1), ``rank<R>.skip`` on
@@ -83,7 +83,7 @@ def _is_skip(e: BaseException) -> bool:
     return isinstance(e, Skipped)
 
 
-_GOCL_DIR = str(Path(__file__).resolve().parent) + os.sep
+_GOCL_DIR = str(Path(__file__).resolve().parent.parent) + os.sep  # the gocl package
 
 
 def _format(e: BaseException) -> str:

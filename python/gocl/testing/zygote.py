@@ -1,10 +1,10 @@
-"""A zygote for ``@pytest.mark.ranks`` ranks (see gocl.pytest_plugin).
+"""A zygote for ``@pytest.mark.ranks`` ranks (see gocl.testing.plugin).
 
 Every rank used to be a fresh interpreter that imported torch and numpy
 again: seconds of CPU per rank, hundreds of ranks per suite. The zygote
-imports them once (``python -m gocl._pytest_zygote MODULE...``) and forks
+imports them once (``python -m gocl.testing.zygote MODULE...``) and forks
 one child per rank; the child becomes the rank exactly as
-``python -m gocl._pytest_runner SPEC`` would (own session, output to the
+``python -m gocl.testing.runner SPEC`` would (own session, output to the
 rank's log, the rank's environment and working folder).
 
 The Go runtime does not survive fork, so the zygote checks before every
@@ -67,14 +67,14 @@ def _become_rank(req: dict, ready_w: int) -> None:
     os.chdir(req["cwd"])
     os.environ.clear()
     os.environ.update(req["env"])
-    sys.argv = [sys.modules["gocl._pytest_runner"].__file__, req["spec"]]
+    sys.argv = [sys.modules["gocl.testing.runner"].__file__, req["spec"]]
 
 
 def serve(preload: list[str]) -> dict | None:
     """Answer requests until stdin ends (returns None); in a forked child,
     return the request the child is to run."""
     why = None
-    for name in [*preload, "gocl._pytest_runner"]:
+    for name in [*preload, "gocl.testing.runner"]:
         try:
             importlib.import_module(name)
         except ImportError:
@@ -126,7 +126,7 @@ def serve(preload: list[str]) -> dict | None:
 if __name__ == "__main__":
     if serve(sys.argv[1:]) is None:
         sys.exit(0)
-    from gocl._pytest_runner import main
+    from gocl.testing.runner import main
 
     code = main(sys.argv)
     sys.stdout.flush()

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from . import __version__
+from .. import __version__
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -18,8 +18,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not cmd:
         print("gocl run: no command given: gocl run -n N [--] cmd ...", file=sys.stderr)
         return 2
-    from . import world
-    from .errors import InvalidArgumentError
+    from .. import world
+    from ..errors import InvalidArgumentError
 
     try:
         w = world.read(who="gocl run")
@@ -86,7 +86,7 @@ def _run_as_task(cmd: list[str], args: argparse.Namespace, w) -> int:
 def _cmd_version(args: argparse.Namespace) -> int:
     import gocl
 
-    from . import _lib
+    from .. import _lib
 
     print(f"gocl {__version__} (python package at {gocl.__path__[0]})")
     try:

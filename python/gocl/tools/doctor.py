@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import _locate
+from .. import _locate
 
 __all__ = ["DoctorNotFound", "binary_path", "main", "report"]
 

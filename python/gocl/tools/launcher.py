@@ -85,7 +85,7 @@ def mpi_abi_path() -> Path:
     it): JAX with JAX_CPU_COLLECTIVES_IMPLEMENTATION=mpi and
     MPITRAMPOLINE_LIB naming it runs its CPU collectives over gocl.
     GOCL_MPIABI_LIB names another build."""
-    from ._locate import path
+    from .._locate import path
 
     return path("libgocl_mpiabi.so", "GOCL_MPIABI_LIB")
 

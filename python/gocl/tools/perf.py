@@ -11,7 +11,7 @@ runs it as a child instead, then draws busbw against size with matplotlib.
 * ``--json`` prints the run as JSON instead of the table; ``--json=FILE``
   writes it to FILE as well.
 * ``--hosts N [--ranks-per-host K] [--rate 1gbit]``: across N hosts made on
-  this machine (network namespaces on shaped links; root): gocl.perf_hosts.
+  this machine (network namespaces on shaped links; root): gocl.tools.perf_hosts.
 * ``--plot FILE.png [RESULTS.json ...]``: busbw against size for this run and
   for every results file given (a ``--json`` output, a list of them, or
   ``{"runs": [...]}`` as bench/compare.py writes); without a collective only
@@ -33,7 +33,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import _locate
+from .. import _locate
 
 __all__ = ["binary_path", "load_runs", "main", "plot"]
 

@@ -3,7 +3,7 @@
     sudo gocl perf --hosts 2 --ranks-per-host 2 --rate 1gbit all_reduce -b 1K -e 256M -f 4 \\
         --json=2x2.json --plot 2x2.png
 
-The hosts are network namespaces (gocl.netns): 2 on a veth pair, more on a
+The hosts are network namespaces (gocl.tools.netns): 2 on a veth pair, more on a
 bridge, each with CPUs of its own when every rank can have one, each
 direction of each link shaped to ``--rate`` by a token bucket (tc tbf), so
 that the link, not the machine's copies, bounds what crosses it, as on a

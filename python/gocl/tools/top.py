@@ -3,7 +3,7 @@
 One block per communicator, its ranks as rows: where each rank's process
 runs, its state, the collective it is in and for how long, the rank it
 waits on and for how long, the bytes per second its links move; the
-straggler (the rank the others wait on, :func:`gocl.status.straggler`)
+straggler (the rank the others wait on, :func:`gocl.tools.status.straggler`)
 in reverse video with a ``*`` before its rank and ``<< STRAGGLER`` after
 its row, and the reason under the block. A header with the time, the
 host, how many processes answered, and each GPU's utilisation and memory
@@ -14,7 +14,7 @@ read) are at the bottom.
 Keys: q quits, p pauses (the screen stays as it is), arrows / PgUp /
 PgDn / Home scroll a view taller than the terminal. The processes are
 asked on a thread of their own, so a stopped process (up to
-:data:`gocl.status.ASK_WAIT` s) never holds up the keys.
+:data:`gocl.tools.status.ASK_WAIT` s) never holds up the keys.
 
 ``--once`` (or a stdout that is not a terminal) prints one frame as plain
 text and exits.

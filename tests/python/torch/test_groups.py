@@ -9,7 +9,7 @@ import os
 import time
 
 import pytest
-from gocl.launcher import free_port
+from gocl.tools.launcher import free_port
 from torchdist_util import Failures, R, dist, group, torch  # noqa: I001
 
 
