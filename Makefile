@@ -291,10 +291,10 @@ fuzz: venv
 	GOCL_FUZZ_SECONDS=$(FUZZTIME:s=) $(PY) -m pytest tests/python/test_fuzz_from_env.py -q
 
 # The long reliability checks: multi-host over network namespaces with
-# torchrun too, and resource hygiene over 100,000 calls and 1,000 inits
-# (make test runs the short versions).
+# torchrun too, resource hygiene over 100,000 calls and 1,000 inits, and 100
+# kill-shrink-grow rounds (make test runs the short versions).
 test-reliability: venv
-	GOCL_TEST_LONG=1 $(PY) -m pytest tests/python/test_multihost.py tests/python/test_hygiene.py -q
+	GOCL_TEST_LONG=1 $(PY) -m pytest tests/python/test_multihost.py tests/python/test_hygiene.py tests/python/test_recovery.py -q
 
 # gocl-perf against OpenMPI's MPI_Allreduce, alternated; writes bench/RESULTS.md,
 # bench/results.json (and bench/busbw.png with matplotlib). BENCH_ARGS: see
