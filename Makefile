@@ -48,7 +48,7 @@ help:
 	@echo "make test-torchft - gocl.torchft's tests and a short torchft run (kill, restart, heal) on gocl, gloo, babygloo; make bench-torchft: the timed run"
 	@echo "make bench-multihost - gocl vs torch gloo vs OpenMPI across hosts on shaped links (network namespaces, tc tbf; root), bench/MULTIHOST.md"
 	@echo "make bench-encrypt   - the cost of GOCL_SOCKET_ENCRYPT=1 on shaped links (1, 4 Gbit/s), unshaped and loopback, bench/ENCRYPT.md"
-	@echo "make test-reliability - multi-host over network namespaces (also torchrun), resource hygiene over 100,000 calls (long)"
+	@echo "make test-reliability - multi-host over network namespaces (also torchrun), resource hygiene over 100,000 calls, 100 kill-shrink-grow rounds (long)"
 	@echo "make docs   - the docs as a site in $(BUILD)/site: README.md, docs/ and the Python API from its docstrings (mkdocs, mkdocstrings; tests/python/test_docs.py builds it)"
 	@echo "make wheels - release files in $(DIST)/: the sdist and manylinux_2_17 wheels for x86_64 and aarch64, each checked"
 	@echo "make test-sdist - install the sdist where PATH has no Go and no C compiler (minutes)"
