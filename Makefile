@@ -2,7 +2,7 @@
 GO      ?= go
 CC      ?= gcc
 BUILD   := build
-SOURCES := $(shell find capi runtime kernels jaxffi -name '*.go' -o -name '*.c' -o -name '*.h' -o -name '*.s') go.mod runtime/version/VERSION
+SOURCES := $(shell find capi runtime abi kernels jaxffi -name '*.go' -o -name '*.c' -o -name '*.h' -o -name '*.s') go.mod runtime/version/VERSION
 RPATH   := -Wl,-rpath,'$$ORIGIN'
 CFLAGS  := -O2 -Wall -Wextra -I$(BUILD)/include -Icmd/gocl-perf
 # Python: a uv-made .venv with gocl installed editable (extras torch, jax, test).
@@ -194,7 +194,7 @@ fuzz-short:
 # The race detector is slow: -short trims the big matrices, and it covers
 # what libgocl.so links (the doctor's own packages run in test-go).
 test-race:
-	$(GO_NVML_QUIET) $(GO) test -count=1 -race -short ./runtime/... ./capi/... ./jaxffi/... ./kernels/...
+	$(GO_NVML_QUIET) $(GO) test -count=1 -race -short ./runtime/... ./capi/... ./jaxffi/... ./kernels/... ./abi/...
 
 test-c: $(BUILD)/gocl_test $(BUILD)/fork_test $(BUILD)/slack_test $(BUILD)/env_test $(BUILD)/jaxffi_test
 	$(BUILD)/fork_test

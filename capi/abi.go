@@ -4,7 +4,7 @@ package main
 import "C"
 
 import (
-	"gocl/kernels"
+	"gocl/abi"
 	"gocl/runtime/bootstrap"
 	"gocl/runtime/comm"
 	"gocl/runtime/status"
@@ -28,29 +28,29 @@ var (
 	_ = [1]struct{}{}[int(C.goclTimeout)-int(status.Timeout)]
 	_ = [1]struct{}{}[int(C.goclNumResults)-int(status.NumCodes)]
 
-	_ = [1]struct{}{}[int(C.goclInt8)-int(kernels.Int8)]
-	_ = [1]struct{}{}[int(C.goclChar)-int(kernels.Int8)]
-	_ = [1]struct{}{}[int(C.goclUint8)-int(kernels.Uint8)]
-	_ = [1]struct{}{}[int(C.goclInt32)-int(kernels.Int32)]
-	_ = [1]struct{}{}[int(C.goclInt)-int(kernels.Int32)]
-	_ = [1]struct{}{}[int(C.goclUint32)-int(kernels.Uint32)]
-	_ = [1]struct{}{}[int(C.goclInt64)-int(kernels.Int64)]
-	_ = [1]struct{}{}[int(C.goclUint64)-int(kernels.Uint64)]
-	_ = [1]struct{}{}[int(C.goclFloat16)-int(kernels.Float16)]
-	_ = [1]struct{}{}[int(C.goclHalf)-int(kernels.Float16)]
-	_ = [1]struct{}{}[int(C.goclFloat32)-int(kernels.Float32)]
-	_ = [1]struct{}{}[int(C.goclFloat)-int(kernels.Float32)]
-	_ = [1]struct{}{}[int(C.goclFloat64)-int(kernels.Float64)]
-	_ = [1]struct{}{}[int(C.goclDouble)-int(kernels.Float64)]
-	_ = [1]struct{}{}[int(C.goclBfloat16)-int(kernels.Bfloat16)]
-	_ = [1]struct{}{}[int(C.goclNumTypes)-int(kernels.NumTypes)]
+	_ = [1]struct{}{}[int(C.goclInt8)-int(abi.Int8)]
+	_ = [1]struct{}{}[int(C.goclChar)-int(abi.Int8)]
+	_ = [1]struct{}{}[int(C.goclUint8)-int(abi.Uint8)]
+	_ = [1]struct{}{}[int(C.goclInt32)-int(abi.Int32)]
+	_ = [1]struct{}{}[int(C.goclInt)-int(abi.Int32)]
+	_ = [1]struct{}{}[int(C.goclUint32)-int(abi.Uint32)]
+	_ = [1]struct{}{}[int(C.goclInt64)-int(abi.Int64)]
+	_ = [1]struct{}{}[int(C.goclUint64)-int(abi.Uint64)]
+	_ = [1]struct{}{}[int(C.goclFloat16)-int(abi.Float16)]
+	_ = [1]struct{}{}[int(C.goclHalf)-int(abi.Float16)]
+	_ = [1]struct{}{}[int(C.goclFloat32)-int(abi.Float32)]
+	_ = [1]struct{}{}[int(C.goclFloat)-int(abi.Float32)]
+	_ = [1]struct{}{}[int(C.goclFloat64)-int(abi.Float64)]
+	_ = [1]struct{}{}[int(C.goclDouble)-int(abi.Float64)]
+	_ = [1]struct{}{}[int(C.goclBfloat16)-int(abi.Bfloat16)]
+	_ = [1]struct{}{}[int(C.goclNumTypes)-int(abi.NumTypes)]
 
-	_ = [1]struct{}{}[int(C.goclSum)-int(kernels.Sum)]
-	_ = [1]struct{}{}[int(C.goclProd)-int(kernels.Prod)]
-	_ = [1]struct{}{}[int(C.goclMax)-int(kernels.Max)]
-	_ = [1]struct{}{}[int(C.goclMin)-int(kernels.Min)]
-	_ = [1]struct{}{}[int(C.goclAvg)-int(kernels.Avg)]
-	_ = [1]struct{}{}[int(C.goclNumOps)-int(kernels.NumOps)]
+	_ = [1]struct{}{}[int(C.goclSum)-int(abi.Sum)]
+	_ = [1]struct{}{}[int(C.goclProd)-int(abi.Prod)]
+	_ = [1]struct{}{}[int(C.goclMax)-int(abi.Max)]
+	_ = [1]struct{}{}[int(C.goclMin)-int(abi.Min)]
+	_ = [1]struct{}{}[int(C.goclAvg)-int(abi.Avg)]
+	_ = [1]struct{}{}[int(C.goclNumOps)-int(abi.NumOps)]
 
 	_ = [1]struct{}{}[int(C.GOCL_UNIQUE_ID_BYTES)-bootstrap.IDBytes]
 	_ = [1]struct{}{}[int(C.GOCL_SPLIT_NOCOLOR)-comm.NoColor]

@@ -4,12 +4,12 @@ package main
 import "C"
 
 import (
+	"gocl/abi"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
 
-	"gocl/kernels"
 	"gocl/runtime/bootstrap"
 	"gocl/runtime/comm"
 	"gocl/runtime/status"
@@ -32,7 +32,7 @@ func goclgoCall(coll C.int, send, recv unsafe.Pointer, count C.size_t, dtype, op
 	}
 	// A size_t above MaxInt64 becomes negative; validation prints it back
 	// as the unsigned value the caller passed.
-	o := comm.Op{Coll: wire.Coll(coll), Send: send, Recv: recv, Count: int(count), Type: kernels.DataType(dtype),
+	o := comm.Op{Coll: wire.Coll(coll), Send: send, Recv: recv, Count: int(count), Type: abi.DataType(dtype),
 		RedOp: int32(op), IsSend: isSend != 0}
 	if o.Coll == wire.SendRecv {
 		o.Peer = int(root) // send and recv pass their peer here

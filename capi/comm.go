@@ -4,9 +4,9 @@ package main
 import "C"
 
 import (
+	"gocl/abi"
 	"unsafe"
 
-	"gocl/kernels"
 	"gocl/runtime/bootstrap"
 	"gocl/runtime/comm"
 	"gocl/runtime/status"
@@ -200,7 +200,7 @@ func goclgoRedOpCreatePreMulSum(op *C.int, scalar unsafe.Pointer, dtype C.int, h
 	if scalar == nil {
 		return record(uintptr(h), nullArg("scalar"))
 	}
-	t := kernels.DataType(dtype)
+	t := abi.DataType(dtype)
 	if !t.Valid() {
 		return record(uintptr(h), status.Errorf(status.InvalidArgument, "premulsum on rank %d: datatype %d is not a gocl datatype (0..9)", c.Rank(), int(dtype)))
 	}

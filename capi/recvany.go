@@ -4,9 +4,9 @@ package main
 import "C"
 
 import (
+	"gocl/abi"
 	"unsafe"
 
-	"gocl/kernels"
 	"gocl/runtime/status"
 )
 
@@ -31,7 +31,7 @@ func goclgoRecvAny(recv unsafe.Pointer, count C.size_t, dtype C.int, peer *C.int
 		return record(uintptr(h), status.Errorf(status.InvalidUsage,
 			"goclRecvAny on rank %d: not allowed between goclGroupStart and goclGroupEnd (its peer is known only when it runs)", c.Rank()))
 	}
-	p, err := c.RecvAny(recv, int(count), kernels.DataType(dtype))
+	p, err := c.RecvAny(recv, int(count), abi.DataType(dtype))
 	if err != nil {
 		return record(uintptr(h), err)
 	}

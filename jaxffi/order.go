@@ -3,6 +3,7 @@ package jaxffi
 import (
 	"encoding/binary"
 	"fmt"
+	"gocl/abi"
 	"slices"
 	"unsafe"
 
@@ -83,7 +84,7 @@ func (l *lane) agree() (settled []*call, settledErrs []error, batch []tag, err e
 	}
 	binary.LittleEndian.PutUint64(blk[8:], uint64(carried))
 	buf := unsafe.Pointer(&l.round[0])
-	if err := l.c.Run(nil, comm.Op{Coll: wire.AllGather, Send: unsafe.Pointer(&blk[0]), Recv: buf, Count: bb, Type: kernels.Uint8}); err != nil {
+	if err := l.c.Run(nil, comm.Op{Coll: wire.AllGather, Send: unsafe.Pointer(&blk[0]), Recv: buf, Count: bb, Type: abi.Uint8}); err != nil {
 		return nil, nil, nil, firstCause(l.c, err)
 	}
 	block := func(r int) []byte { return l.round[r*bb : (r+1)*bb] }
@@ -179,25 +180,25 @@ func describe(s signature) string {
 	if name == "" {
 		name = fmt.Sprintf("collective %d", s[0])
 	}
-	return fmt.Sprintf("%s of %d elements of %v (result %d, op %d, root %d)", name, s[4], kernels.DataType(s[1]), s[5], s[2], s[3])
+	return fmt.Sprintf("%s of %d elements of %v (result %d, op %d, root %d)", name, s[4], abi.DataType(s[1]), s[5], s[2], s[3])
 }
 
 // inputBytes is the size of the call's input.
-func (r *request) inputBytes() int { return r.nsend * kernels.DataType(r.dtype).Size() }
+func (r *request) inputBytes() int { return r.nsend * abi.DataType(r.dtype).Size() }
 
 // settle computes rank me's result of r from every rank's input, gathered
 // in round (rank q's input at offset off of block q's payload); reducer
 // gives the reduction of a dtype and op.
-func (r *request) settle(round []byte, off, me, n int, reducer func(kernels.DataType, kernels.RedOp) (*kernels.Reducer, error)) (err error) {
+func (r *request) settle(round []byte, off, me, n int, reducer func(abi.DataType, abi.RedOp) (*kernels.Reducer, error)) (err error) {
 	defer status.Catch(&err)
-	es := kernels.DataType(r.dtype).Size()
+	es := abi.DataType(r.dtype).Size()
 	in := func(q int) []byte {
 		at := q*blockBytes(n) + payloadOff + off
 		return round[at : at+r.nsend*es]
 	}
 	out := unsafe.Slice((*byte)(r.recv), r.nrecv*es)
 	reduce := func(part func(q int) []byte) error {
-		red, err := reducer(kernels.DataType(r.dtype), kernels.RedOp(r.op))
+		red, err := reducer(abi.DataType(r.dtype), abi.RedOp(r.op))
 		if err != nil {
 			return status.Errorf(status.InvalidArgument, "gocl.jax %s on rank %d: %v", kindName(r.kind), me, err)
 		}
@@ -238,7 +239,7 @@ func (r *request) settle(round []byte, off, me, n int, reducer func(kernels.Data
 
 // reducer returns the lane's reducer for t and op, made once (a Reducer is
 // immutable; the lane's owner alone calls this).
-func (l *lane) reducer(t kernels.DataType, op kernels.RedOp) (*kernels.Reducer, error) {
+func (l *lane) reducer(t abi.DataType, op abi.RedOp) (*kernels.Reducer, error) {
 	k := [2]int{int(t), int(op)}
 	if red, ok := l.reducers[k]; ok {
 		return red, nil

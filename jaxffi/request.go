@@ -1,9 +1,9 @@
 package jaxffi
 
 import (
+	"gocl/abi"
 	"unsafe"
 
-	"gocl/kernels"
 	"gocl/runtime/comm"
 	"gocl/runtime/wire"
 )
@@ -51,7 +51,7 @@ func (r *request) check(c *comm.Comm) error {
 	if d.Rooted && (r.root < 0 || r.root >= n) {
 		return bad("root %d is not a rank of this world of %d: pass root in [0, %d]", r.root, n, n-1)
 	}
-	if d.Reduces && (r.op < 0 || r.op >= int(kernels.NumOps)) {
+	if d.Reduces && (r.op < 0 || r.op >= int(abi.NumOps)) {
 		return bad("op %d is not a gocl reduction (sum 0, prod 1, max 2, min 3, avg 4)", r.op)
 	}
 	switch coll {
@@ -103,7 +103,7 @@ func (r *request) sized(n int) bool {
 
 // run executes r on c (the lane's goroutine).
 func (r *request) run(c *comm.Comm) error {
-	t := kernels.DataType(r.dtype)
+	t := abi.DataType(r.dtype)
 	if coll := wire.Coll(r.kind); coll != wire.SendRecv {
 		op := comm.Op{Coll: coll, Send: r.send, Recv: r.recv, Count: r.count(c.NRanks()), Type: t}
 		if d := coll.Desc(); d.Reduces {

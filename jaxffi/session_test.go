@@ -2,13 +2,13 @@ package jaxffi
 
 import (
 	"fmt"
+	"gocl/abi"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 	"unsafe"
 
-	"gocl/kernels"
 	"gocl/runtime/wire"
 )
 
@@ -40,7 +40,7 @@ func TestLanesAgreeOnOrder(t *testing.T) {
 					errs <- e
 				}
 				req := request{kind: int(wire.AllReduce), send: unsafe.Pointer(&in[0]), recv: unsafe.Pointer(&out[0]),
-					nsend: count, nrecv: count, dtype: int(kernels.Float32)}
+					nsend: count, nrecv: count, dtype: int(abi.Float32)}
 				// Each call on its own goroutine, as XLA's threads: one may
 				// run calls inline; the others queue and finish later.
 				go func() {
@@ -109,7 +109,7 @@ func TestInlineCallerHandsOff(t *testing.T) {
 	}
 	req := func(r, s int) request {
 		return request{kind: int(wire.AllReduce), send: unsafe.Pointer(&in[r][s][0]), recv: unsafe.Pointer(&out[r][s][0]),
-			nsend: 4, nrecv: 4, dtype: int(kernels.Float32)}
+			nsend: 4, nrecv: 4, dtype: int(abi.Float32)}
 	}
 	type result struct {
 		ran bool
@@ -163,7 +163,7 @@ func TestStopWaitsForTheInlineCaller(t *testing.T) {
 	in, out := [2][1]float64{{1}, {2}}, [2][1]float64{}
 	req := func(r int) request {
 		return request{kind: int(wire.AllReduce), send: unsafe.Pointer(&in[r][0]), recv: unsafe.Pointer(&out[r][0]),
-			nsend: 1, nrecv: 1, dtype: int(kernels.Float64)}
+			nsend: 1, nrecv: 1, dtype: int(abi.Float64)}
 	}
 	noLater := func() func(error) { t.Error("a call was queued; want both run inline"); return func(error) {} }
 	first := make(chan error, 1)
@@ -216,14 +216,14 @@ func TestEveryKindSettledAndRun(t *testing.T) {
 	for _, elems := range []int{3 * n, n * (inlineLimit(n)/4/n + 1)} { // 4-byte elements: inline, then not
 		for _, c := range []struct {
 			kind    wire.Coll
-			op      kernels.RedOp
+			op      abi.RedOp
 			in, out int // elements per rank
 			want    func(me, i int) int32
 		}{
-			{wire.AllReduce, kernels.Sum, elems, elems, func(me, i int) int32 { return val(0, i) + val(1, i) + val(2, i) }},
-			{wire.AllReduce, kernels.Max, elems, elems, func(me, i int) int32 { return max(val(0, i), val(1, i), val(2, i)) }},
-			{wire.AllReduce, kernels.Avg, elems, elems, func(me, i int) int32 { return (val(0, i) + val(1, i) + val(2, i)) / n }},
-			{wire.ReduceScatter, kernels.Prod, elems, elems / n, func(me, i int) int32 {
+			{wire.AllReduce, abi.Sum, elems, elems, func(me, i int) int32 { return val(0, i) + val(1, i) + val(2, i) }},
+			{wire.AllReduce, abi.Max, elems, elems, func(me, i int) int32 { return max(val(0, i), val(1, i), val(2, i)) }},
+			{wire.AllReduce, abi.Avg, elems, elems, func(me, i int) int32 { return (val(0, i) + val(1, i) + val(2, i)) / n }},
+			{wire.ReduceScatter, abi.Prod, elems, elems / n, func(me, i int) int32 {
 				j := me*(elems/n) + i
 				return val(0, j) * val(1, j) * val(2, j)
 			}},
@@ -246,9 +246,9 @@ func TestEveryKindSettledAndRun(t *testing.T) {
 				}
 				out := make([]int32, c.out)
 				req := request{kind: int(c.kind), send: unsafe.Pointer(&in[0]), recv: unsafe.Pointer(&out[0]), nsend: c.in, nrecv: c.out,
-					dtype: int(kernels.Int32), op: int(c.op), root: 1, perm: []int64{2, 0, 0, 1}} // ppermute: 2->0, 0->1
+					dtype: int(abi.Int32), op: int(c.op), root: 1, perm: []int64{2, 0, 0, 1}} // ppermute: 2->0, 0->1
 				if c.kind != wire.AllReduce && c.kind != wire.ReduceScatter {
-					req.dtype, req.nsend, req.nrecv = int(kernels.Uint8), 4*c.in, 4*c.out // data movement: bytes
+					req.dtype, req.nsend, req.nrecv = int(abi.Uint8), 4*c.in, 4*c.out // data movement: bytes
 				}
 				wg.Add(1)
 				check := func(e error) {
@@ -291,7 +291,7 @@ func TestMismatchedCallFailsEveryRank(t *testing.T) {
 	for r := range 2 {
 		buf := make([]float32, 8)
 		req := request{kind: int(wire.AllReduce), send: unsafe.Pointer(&buf[0]), recv: unsafe.Pointer(&buf[0]),
-			nsend: 2 + 2*r, nrecv: 2 + 2*r, dtype: int(kernels.Float32)}
+			nsend: 2 + 2*r, nrecv: 2 + 2*r, dtype: int(abi.Float32)}
 		wg.Add(1)
 		go func() {
 			done := func(e error) { errs[r] = e; wg.Done() }
@@ -322,7 +322,7 @@ func TestOneAtATimeIsSettledByTheRound(t *testing.T) {
 			for k := range calls {
 				in, out := []float64{float64(r + k)}, []float64{0}
 				done := make(chan error, 1)
-				req := request{kind: int(wire.AllReduce), send: unsafe.Pointer(&in[0]), recv: unsafe.Pointer(&out[0]), nsend: 1, nrecv: 1, dtype: int(kernels.Float64)}
+				req := request{kind: int(wire.AllReduce), send: unsafe.Pointer(&in[0]), recv: unsafe.Pointer(&out[0]), nsend: 1, nrecv: 1, dtype: int(abi.Float64)}
 				if ran, err := submit(h, r, 1, req, func() func(error) { return func(e error) { done <- e } }); ran {
 					done <- err
 				}
@@ -379,7 +379,7 @@ func TestRoundSettlesTheCommonPrefix(t *testing.T) {
 				tg := tag{site, l.count[site]}
 				l.count[site]++
 				l.pending[tg] = &call{r: request{kind: int(wire.AllReduce), send: unsafe.Pointer(&in[0]), recv: unsafe.Pointer(&out[0]),
-					nsend: cnt, nrecv: cnt, dtype: int(kernels.Float32)}}
+					nsend: cnt, nrecv: cnt, dtype: int(abi.Float32)}}
 				l.order = append(l.order, tg)
 			}
 			l.mu.Unlock()
@@ -453,7 +453,7 @@ func BenchmarkOneAtATime(b *testing.B) {
 		go func() {
 			defer wg.Done()
 			in, out := []float64{float64(r)}, []float64{0}
-			req := request{kind: int(wire.AllReduce), send: unsafe.Pointer(&in[0]), recv: unsafe.Pointer(&out[0]), nsend: 1, nrecv: 1, dtype: int(kernels.Float64)}
+			req := request{kind: int(wire.AllReduce), send: unsafe.Pointer(&in[0]), recv: unsafe.Pointer(&out[0]), nsend: 1, nrecv: 1, dtype: int(abi.Float64)}
 			for range b.N {
 				done := make(chan error, 1)
 				if ran, err := submit(h, r, 1, req, func() func(error) { return func(e error) { done <- e } }); ran {

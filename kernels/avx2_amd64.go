@@ -2,6 +2,8 @@
 
 package kernels
 
+import "gocl/abi"
+
 //go:noescape
 func avx2SumInt8(d, a, b *byte, n int, k *byte)
 
@@ -357,25 +359,25 @@ func avx2ScaleBfloat16(d, s *byte, n int, k *byte)
 func avx2DivBfloat16(d, s *byte, n int, k *byte)
 
 // avx2Kernels lists the kernels per dtype; nil where there is none.
-var avx2Kernels = [NumTypes]simdSet{
-	Int8: {accum: [NumOps]binaryKernel{Sum: avx2SumInt8, Prod: avx2ProdInt8, Max: avx2MaxInt8, Min: avx2MinInt8, Avg: avx2SumInt8}, preMulSum: avx2PreMulSumInt8, scale: avx2ScaleInt8, div: avx2DivInt8,
-		accumNT: [NumOps]binaryKernel{Sum: avx2SumInt8NT, Prod: avx2ProdInt8NT, Max: avx2MaxInt8NT, Min: avx2MinInt8NT, Avg: avx2SumInt8NT}, preMulSumNT: avx2PreMulSumInt8NT},
-	Uint8: {accum: [NumOps]binaryKernel{Sum: avx2SumUint8, Prod: avx2ProdUint8, Max: avx2MaxUint8, Min: avx2MinUint8, Avg: avx2SumUint8}, preMulSum: avx2PreMulSumUint8, scale: avx2ScaleUint8, div: avx2DivUint8,
-		accumNT: [NumOps]binaryKernel{Sum: avx2SumUint8NT, Prod: avx2ProdUint8NT, Max: avx2MaxUint8NT, Min: avx2MinUint8NT, Avg: avx2SumUint8NT}, preMulSumNT: avx2PreMulSumUint8NT},
-	Int32: {accum: [NumOps]binaryKernel{Sum: avx2SumInt32, Prod: avx2ProdInt32, Max: avx2MaxInt32, Min: avx2MinInt32, Avg: avx2SumInt32}, preMulSum: avx2PreMulSumInt32, scale: avx2ScaleInt32, div: avx2DivInt32,
-		accumNT: [NumOps]binaryKernel{Sum: avx2SumInt32NT, Prod: avx2ProdInt32NT, Max: avx2MaxInt32NT, Min: avx2MinInt32NT, Avg: avx2SumInt32NT}, preMulSumNT: avx2PreMulSumInt32NT},
-	Uint32: {accum: [NumOps]binaryKernel{Sum: avx2SumUint32, Prod: avx2ProdUint32, Max: avx2MaxUint32, Min: avx2MinUint32, Avg: avx2SumUint32}, preMulSum: avx2PreMulSumUint32, scale: avx2ScaleUint32, div: avx2DivUint32,
-		accumNT: [NumOps]binaryKernel{Sum: avx2SumUint32NT, Prod: avx2ProdUint32NT, Max: avx2MaxUint32NT, Min: avx2MinUint32NT, Avg: avx2SumUint32NT}, preMulSumNT: avx2PreMulSumUint32NT},
-	Int64: {accum: [NumOps]binaryKernel{Sum: avx2SumInt64, Prod: avx2ProdInt64, Max: avx2MaxInt64, Min: avx2MinInt64, Avg: avx2SumInt64}, preMulSum: avx2PreMulSumInt64, scale: avx2ScaleInt64, div: nil,
-		accumNT: [NumOps]binaryKernel{Sum: avx2SumInt64NT, Prod: avx2ProdInt64NT, Max: avx2MaxInt64NT, Min: avx2MinInt64NT, Avg: avx2SumInt64NT}, preMulSumNT: avx2PreMulSumInt64NT},
-	Uint64: {accum: [NumOps]binaryKernel{Sum: avx2SumUint64, Prod: avx2ProdUint64, Max: avx2MaxUint64, Min: avx2MinUint64, Avg: avx2SumUint64}, preMulSum: avx2PreMulSumUint64, scale: avx2ScaleUint64, div: nil,
-		accumNT: [NumOps]binaryKernel{Sum: avx2SumUint64NT, Prod: avx2ProdUint64NT, Max: avx2MaxUint64NT, Min: avx2MinUint64NT, Avg: avx2SumUint64NT}, preMulSumNT: avx2PreMulSumUint64NT},
-	Float32: {accum: [NumOps]binaryKernel{Sum: avx2SumFloat32, Prod: avx2ProdFloat32, Max: avx2MaxFloat32, Min: avx2MinFloat32, Avg: avx2SumFloat32}, preMulSum: avx2PreMulSumFloat32, scale: avx2ScaleFloat32, div: avx2DivFloat32,
-		accumNT: [NumOps]binaryKernel{Sum: avx2SumFloat32NT, Prod: avx2ProdFloat32NT, Max: avx2MaxFloat32NT, Min: avx2MinFloat32NT, Avg: avx2SumFloat32NT}, preMulSumNT: avx2PreMulSumFloat32NT},
-	Float64: {accum: [NumOps]binaryKernel{Sum: avx2SumFloat64, Prod: avx2ProdFloat64, Max: avx2MaxFloat64, Min: avx2MinFloat64, Avg: avx2SumFloat64}, preMulSum: avx2PreMulSumFloat64, scale: avx2ScaleFloat64, div: avx2DivFloat64,
-		accumNT: [NumOps]binaryKernel{Sum: avx2SumFloat64NT, Prod: avx2ProdFloat64NT, Max: avx2MaxFloat64NT, Min: avx2MinFloat64NT, Avg: avx2SumFloat64NT}, preMulSumNT: avx2PreMulSumFloat64NT},
-	Float16: {accum: [NumOps]binaryKernel{Sum: avx2SumFloat16, Prod: avx2ProdFloat16, Max: avx2MaxFloat16, Min: avx2MinFloat16, Avg: avx2SumFloat16}, preMulSum: avx2PreMulSumFloat16, scale: avx2ScaleFloat16, div: avx2DivFloat16,
-		accumNT: [NumOps]binaryKernel{Sum: avx2SumFloat16NT, Prod: avx2ProdFloat16NT, Max: avx2MaxFloat16NT, Min: avx2MinFloat16NT, Avg: avx2SumFloat16NT}, preMulSumNT: avx2PreMulSumFloat16NT},
-	Bfloat16: {accum: [NumOps]binaryKernel{Sum: avx2SumBfloat16, Prod: avx2ProdBfloat16, Max: avx2MaxBfloat16, Min: avx2MinBfloat16, Avg: avx2SumBfloat16}, preMulSum: avx2PreMulSumBfloat16, scale: avx2ScaleBfloat16, div: avx2DivBfloat16,
-		accumNT: [NumOps]binaryKernel{Sum: avx2SumBfloat16NT, Prod: avx2ProdBfloat16NT, Max: avx2MaxBfloat16NT, Min: avx2MinBfloat16NT, Avg: avx2SumBfloat16NT}, preMulSumNT: avx2PreMulSumBfloat16NT},
+var avx2Kernels = [abi.NumTypes]simdSet{
+	abi.Int8: {accum: [abi.NumOps]binaryKernel{abi.Sum: avx2SumInt8, abi.Prod: avx2ProdInt8, abi.Max: avx2MaxInt8, abi.Min: avx2MinInt8, abi.Avg: avx2SumInt8}, preMulSum: avx2PreMulSumInt8, scale: avx2ScaleInt8, div: avx2DivInt8,
+		accumNT: [abi.NumOps]binaryKernel{abi.Sum: avx2SumInt8NT, abi.Prod: avx2ProdInt8NT, abi.Max: avx2MaxInt8NT, abi.Min: avx2MinInt8NT, abi.Avg: avx2SumInt8NT}, preMulSumNT: avx2PreMulSumInt8NT},
+	abi.Uint8: {accum: [abi.NumOps]binaryKernel{abi.Sum: avx2SumUint8, abi.Prod: avx2ProdUint8, abi.Max: avx2MaxUint8, abi.Min: avx2MinUint8, abi.Avg: avx2SumUint8}, preMulSum: avx2PreMulSumUint8, scale: avx2ScaleUint8, div: avx2DivUint8,
+		accumNT: [abi.NumOps]binaryKernel{abi.Sum: avx2SumUint8NT, abi.Prod: avx2ProdUint8NT, abi.Max: avx2MaxUint8NT, abi.Min: avx2MinUint8NT, abi.Avg: avx2SumUint8NT}, preMulSumNT: avx2PreMulSumUint8NT},
+	abi.Int32: {accum: [abi.NumOps]binaryKernel{abi.Sum: avx2SumInt32, abi.Prod: avx2ProdInt32, abi.Max: avx2MaxInt32, abi.Min: avx2MinInt32, abi.Avg: avx2SumInt32}, preMulSum: avx2PreMulSumInt32, scale: avx2ScaleInt32, div: avx2DivInt32,
+		accumNT: [abi.NumOps]binaryKernel{abi.Sum: avx2SumInt32NT, abi.Prod: avx2ProdInt32NT, abi.Max: avx2MaxInt32NT, abi.Min: avx2MinInt32NT, abi.Avg: avx2SumInt32NT}, preMulSumNT: avx2PreMulSumInt32NT},
+	abi.Uint32: {accum: [abi.NumOps]binaryKernel{abi.Sum: avx2SumUint32, abi.Prod: avx2ProdUint32, abi.Max: avx2MaxUint32, abi.Min: avx2MinUint32, abi.Avg: avx2SumUint32}, preMulSum: avx2PreMulSumUint32, scale: avx2ScaleUint32, div: avx2DivUint32,
+		accumNT: [abi.NumOps]binaryKernel{abi.Sum: avx2SumUint32NT, abi.Prod: avx2ProdUint32NT, abi.Max: avx2MaxUint32NT, abi.Min: avx2MinUint32NT, abi.Avg: avx2SumUint32NT}, preMulSumNT: avx2PreMulSumUint32NT},
+	abi.Int64: {accum: [abi.NumOps]binaryKernel{abi.Sum: avx2SumInt64, abi.Prod: avx2ProdInt64, abi.Max: avx2MaxInt64, abi.Min: avx2MinInt64, abi.Avg: avx2SumInt64}, preMulSum: avx2PreMulSumInt64, scale: avx2ScaleInt64, div: nil,
+		accumNT: [abi.NumOps]binaryKernel{abi.Sum: avx2SumInt64NT, abi.Prod: avx2ProdInt64NT, abi.Max: avx2MaxInt64NT, abi.Min: avx2MinInt64NT, abi.Avg: avx2SumInt64NT}, preMulSumNT: avx2PreMulSumInt64NT},
+	abi.Uint64: {accum: [abi.NumOps]binaryKernel{abi.Sum: avx2SumUint64, abi.Prod: avx2ProdUint64, abi.Max: avx2MaxUint64, abi.Min: avx2MinUint64, abi.Avg: avx2SumUint64}, preMulSum: avx2PreMulSumUint64, scale: avx2ScaleUint64, div: nil,
+		accumNT: [abi.NumOps]binaryKernel{abi.Sum: avx2SumUint64NT, abi.Prod: avx2ProdUint64NT, abi.Max: avx2MaxUint64NT, abi.Min: avx2MinUint64NT, abi.Avg: avx2SumUint64NT}, preMulSumNT: avx2PreMulSumUint64NT},
+	abi.Float32: {accum: [abi.NumOps]binaryKernel{abi.Sum: avx2SumFloat32, abi.Prod: avx2ProdFloat32, abi.Max: avx2MaxFloat32, abi.Min: avx2MinFloat32, abi.Avg: avx2SumFloat32}, preMulSum: avx2PreMulSumFloat32, scale: avx2ScaleFloat32, div: avx2DivFloat32,
+		accumNT: [abi.NumOps]binaryKernel{abi.Sum: avx2SumFloat32NT, abi.Prod: avx2ProdFloat32NT, abi.Max: avx2MaxFloat32NT, abi.Min: avx2MinFloat32NT, abi.Avg: avx2SumFloat32NT}, preMulSumNT: avx2PreMulSumFloat32NT},
+	abi.Float64: {accum: [abi.NumOps]binaryKernel{abi.Sum: avx2SumFloat64, abi.Prod: avx2ProdFloat64, abi.Max: avx2MaxFloat64, abi.Min: avx2MinFloat64, abi.Avg: avx2SumFloat64}, preMulSum: avx2PreMulSumFloat64, scale: avx2ScaleFloat64, div: avx2DivFloat64,
+		accumNT: [abi.NumOps]binaryKernel{abi.Sum: avx2SumFloat64NT, abi.Prod: avx2ProdFloat64NT, abi.Max: avx2MaxFloat64NT, abi.Min: avx2MinFloat64NT, abi.Avg: avx2SumFloat64NT}, preMulSumNT: avx2PreMulSumFloat64NT},
+	abi.Float16: {accum: [abi.NumOps]binaryKernel{abi.Sum: avx2SumFloat16, abi.Prod: avx2ProdFloat16, abi.Max: avx2MaxFloat16, abi.Min: avx2MinFloat16, abi.Avg: avx2SumFloat16}, preMulSum: avx2PreMulSumFloat16, scale: avx2ScaleFloat16, div: avx2DivFloat16,
+		accumNT: [abi.NumOps]binaryKernel{abi.Sum: avx2SumFloat16NT, abi.Prod: avx2ProdFloat16NT, abi.Max: avx2MaxFloat16NT, abi.Min: avx2MinFloat16NT, abi.Avg: avx2SumFloat16NT}, preMulSumNT: avx2PreMulSumFloat16NT},
+	abi.Bfloat16: {accum: [abi.NumOps]binaryKernel{abi.Sum: avx2SumBfloat16, abi.Prod: avx2ProdBfloat16, abi.Max: avx2MaxBfloat16, abi.Min: avx2MinBfloat16, abi.Avg: avx2SumBfloat16}, preMulSum: avx2PreMulSumBfloat16, scale: avx2ScaleBfloat16, div: avx2DivBfloat16,
+		accumNT: [abi.NumOps]binaryKernel{abi.Sum: avx2SumBfloat16NT, abi.Prod: avx2ProdBfloat16NT, abi.Max: avx2MaxBfloat16NT, abi.Min: avx2MinBfloat16NT, abi.Avg: avx2SumBfloat16NT}, preMulSumNT: avx2PreMulSumBfloat16NT},
 }

@@ -2,13 +2,14 @@ package kernels
 
 import (
 	"fmt"
+	"gocl/abi"
 	"math/rand/v2"
 	"testing"
 )
 
 // benchAccumulate measures acc = acc op in over 1 MiB buffers, the shape of
 // an allreduce step. MB/s counts bytes of one buffer.
-func benchAccumulate(b *testing.B, ty DataType, op RedOp, k []byte) {
+func benchAccumulate(b *testing.B, ty abi.DataType, op abi.RedOp, k []byte) {
 	const size = 1 << 20
 	r, err := NewReducer(ty, op, 4, k)
 	if err != nil {
@@ -35,17 +36,17 @@ func benchAccumulate(b *testing.B, ty DataType, op RedOp, k []byte) {
 	}
 }
 
-func BenchmarkSumFloat32(b *testing.B)  { benchAccumulate(b, Float32, Sum, nil) }
-func BenchmarkSumBfloat16(b *testing.B) { benchAccumulate(b, Bfloat16, Sum, nil) }
-func BenchmarkSumFloat16(b *testing.B)  { benchAccumulate(b, Float16, Sum, nil) }
-func BenchmarkSumFloat64(b *testing.B)  { benchAccumulate(b, Float64, Sum, nil) }
-func BenchmarkSumInt32(b *testing.B)    { benchAccumulate(b, Int32, Sum, nil) }
-func BenchmarkMaxFloat32(b *testing.B)  { benchAccumulate(b, Float32, Max, nil) }
+func BenchmarkSumFloat32(b *testing.B)  { benchAccumulate(b, abi.Float32, abi.Sum, nil) }
+func BenchmarkSumBfloat16(b *testing.B) { benchAccumulate(b, abi.Bfloat16, abi.Sum, nil) }
+func BenchmarkSumFloat16(b *testing.B)  { benchAccumulate(b, abi.Float16, abi.Sum, nil) }
+func BenchmarkSumFloat64(b *testing.B)  { benchAccumulate(b, abi.Float64, abi.Sum, nil) }
+func BenchmarkSumInt32(b *testing.B)    { benchAccumulate(b, abi.Int32, abi.Sum, nil) }
+func BenchmarkMaxFloat32(b *testing.B)  { benchAccumulate(b, abi.Float32, abi.Max, nil) }
 func BenchmarkPreMulSumFloat32(b *testing.B) {
-	benchAccumulate(b, Float32, PreMulSum, encodeRaw(Float32, floatEncode(Float32, 0.25)))
+	benchAccumulate(b, abi.Float32, abi.PreMulSum, encodeRaw(abi.Float32, floatEncode(abi.Float32, 0.25)))
 }
 func BenchmarkPreMulSumFloat16(b *testing.B) {
-	benchAccumulate(b, Float16, PreMulSum, encodeRaw(Float16, floatEncode(Float16, 0.25)))
+	benchAccumulate(b, abi.Float16, abi.PreMulSum, encodeRaw(abi.Float16, floatEncode(abi.Float16, 0.25)))
 }
 
 // BenchmarkKernel is the Go half of bench/kernels.py, named
@@ -60,13 +61,13 @@ func BenchmarkKernel(b *testing.B) {
 // BenchmarkPortable is BenchmarkKernel on the portable loops alone.
 func BenchmarkPortable(b *testing.B) { benchKernels(b, []int{64 << 10, 1 << 20}, nil) }
 
-func benchKernels(b *testing.B, sizes []int, vec *[NumTypes]simdSet) {
+func benchKernels(b *testing.B, sizes []int, vec *[abi.NumTypes]simdSet) {
 	for _, ty := range allTypes {
-		for _, op := range []RedOp{Sum, Prod, Max, Min, PreMulSum} {
+		for _, op := range []abi.RedOp{abi.Sum, abi.Prod, abi.Max, abi.Min, abi.PreMulSum} {
 			for _, size := range sizes {
 				b.Run(fmt.Sprintf("%v/%v/%d", ty, op, size), func(b *testing.B) {
 					var k []byte
-					if op == PreMulSum {
+					if op == abi.PreMulSum {
 						k = scalars(ty)[1] // 0.5 or 3: no overflow to special values
 					}
 					r, err := newReducer(ty, op, 4, k, vec)
@@ -101,7 +102,7 @@ func benchKernels(b *testing.B, sizes []int, vec *[NumTypes]simdSet) {
 func BenchmarkFinalize(b *testing.B) {
 	for _, ty := range allTypes {
 		b.Run(ty.String(), func(b *testing.B) {
-			r, err := NewReducer(ty, Avg, 3, nil)
+			r, err := NewReducer(ty, abi.Avg, 3, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -130,7 +131,7 @@ func BenchmarkRecvReduceCopySend(b *testing.B) {
 				buf[i] = byte(i%251) | 1
 			}
 		}
-		r, _ := NewReducer(Float32, Sum, 2, nil)
+		r, _ := NewReducer(abi.Float32, abi.Sum, 2, nil)
 		nontemporal := Nontemporal(2 * total)
 		slot := func(j int) []byte { return ring[(j%4)*chunk : (j%4+1)*chunk] }
 		for _, v := range []struct {

@@ -1,7 +1,5 @@
-// Package kernels holds gocl's element-wise reductions: a DataType and a
-// RedOp with NCCL's ABI values (gocl.h's goclDataType_t and goclRedOp_t;
-// capi/abi.go fails to compile if they drift apart), and the Reducer that
-// applies one (type, op) pair to byte buffers: Prepare (PreMulSum's scaling),
+// Package kernels holds gocl's element-wise reductions: the Reducer that
+// applies one (abi.DataType, abi.RedOp) pair to byte buffers: Prepare (PreMulSum's scaling),
 // Accumulate (dst = acc op in) and Finalize (Avg's division). Every dispatch
 // on (type, op) happens once in NewReducer, so the algorithms call one
 // function per buffer. Integers wrap, NaN wins max/min (numpy's rule), and

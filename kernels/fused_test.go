@@ -3,6 +3,7 @@ package kernels
 import (
 	"bytes"
 	"fmt"
+	"gocl/abi"
 	"math/rand/v2"
 	"testing"
 )
@@ -24,7 +25,7 @@ func TestAccumulateCopyMatrix(t *testing.T) {
 						ns = append(ns, blk-1, 2*blk+3)
 					}
 					kr := scalarRaw(ty, k)
-					for _, vec := range []*[NumTypes]simdSet{cpuKernels(), nil} {
+					for _, vec := range []*[abi.NumTypes]simdSet{cpuKernels(), nil} {
 						r, err := newReducer(ty, op, 3, k, vec)
 						if err != nil {
 							t.Fatal(err)
@@ -46,7 +47,7 @@ func TestAccumulateCopyMatrix(t *testing.T) {
 	}
 }
 
-func checkAccumulateCopy(t *testing.T, rng *rand.Rand, ty DataType, op RedOp, r *Reducer, kr uint64, n int, alias string, nontemporal bool, what string) {
+func checkAccumulateCopy(t *testing.T, rng *rand.Rand, ty abi.DataType, op abi.RedOp, r *Reducer, kr uint64, n int, alias string, nontemporal bool, what string) {
 	t.Helper()
 	sz := ty.Size()
 	buf := func() []byte { // an unaligned start, special values
@@ -77,7 +78,7 @@ func checkAccumulateCopy(t *testing.T, rng *rand.Rand, ty DataType, op RedOp, r 
 }
 
 func TestAccumulateCopyLengthMismatchPanics(t *testing.T) {
-	r, _ := NewReducer(Float32, Sum, 1, nil)
+	r, _ := NewReducer(abi.Float32, abi.Sum, 1, nil)
 	defer func() {
 		if recover() == nil {
 			t.Error("AccumulateCopy with a short dst did not panic")

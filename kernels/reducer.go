@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"gocl/abi"
 	"unsafe"
 )
 
@@ -11,8 +12,8 @@ import (
 // call per buffer. A Reducer is immutable after creation and therefore safe
 // for concurrent use.
 type Reducer struct {
-	t    DataType
-	op   RedOp
+	t    abi.DataType
+	op   abi.RedOp
 	size int
 
 	accum    func(dst, acc, in []byte)
@@ -27,29 +28,29 @@ type Reducer struct {
 //
 // The loops are the CPU's vector kernels where it has them (see ISA), the
 // portable Go loops otherwise; both give bit-identical results.
-func NewReducer(t DataType, op RedOp, nranks int, scalar []byte) (*Reducer, error) {
+func NewReducer(t abi.DataType, op abi.RedOp, nranks int, scalar []byte) (*Reducer, error) {
 	return newReducer(t, op, nranks, scalar, simdKernels())
 }
 
 // newReducer builds a reducer on the kernels in vec, or on the portable
 // loops alone when vec is nil (tests compare the two).
-func newReducer(t DataType, op RedOp, nranks int, scalar []byte, vec *[NumTypes]simdSet) (*Reducer, error) {
+func newReducer(t abi.DataType, op abi.RedOp, nranks int, scalar []byte, vec *[abi.NumTypes]simdSet) (*Reducer, error) {
 	if !t.Valid() {
 		return nil, fmt.Errorf("unknown datatype %d", int32(t))
 	}
 	switch op {
-	case Sum, Prod, Max, Min, Avg:
+	case abi.Sum, abi.Prod, abi.Max, abi.Min, abi.Avg:
 		if len(scalar) != 0 {
 			return nil, fmt.Errorf("%v takes no scalar, got %d bytes", op, len(scalar))
 		}
-	case PreMulSum:
+	case abi.PreMulSum:
 		if len(scalar) != t.Size() {
 			return nil, fmt.Errorf("premulsum needs a scalar of %d bytes for %v, got %d", t.Size(), t, len(scalar))
 		}
 	default:
 		return nil, fmt.Errorf("unknown reduction op %d", int32(op))
 	}
-	if op == Avg && nranks < 1 {
+	if op == abi.Avg && nranks < 1 {
 		return nil, fmt.Errorf("avg needs nranks >= 1, got %d", nranks)
 	}
 
@@ -57,37 +58,37 @@ func newReducer(t DataType, op RedOp, nranks int, scalar []byte, vec *[NumTypes]
 	var div func(buf []byte)
 	n := int64(nranks)
 	switch t {
-	case Int8:
+	case abi.Int8:
 		r.accum, r.prepare = nativeOps[int8](op, scalar)
 		div = lift1(func(d []int8) { divSignedLoop(d, n) })
-	case Uint8:
+	case abi.Uint8:
 		r.accum, r.prepare = nativeOps[uint8](op, scalar)
 		div = lift1(func(d []uint8) { divUnsignedLoop(d, uint64(n)) })
-	case Int32:
+	case abi.Int32:
 		r.accum, r.prepare = nativeOps[int32](op, scalar)
 		div = lift1(func(d []int32) { divSignedLoop(d, n) })
-	case Uint32:
+	case abi.Uint32:
 		r.accum, r.prepare = nativeOps[uint32](op, scalar)
 		div = lift1(func(d []uint32) { divUnsignedLoop(d, uint64(n)) })
-	case Int64:
+	case abi.Int64:
 		r.accum, r.prepare = nativeOps[int64](op, scalar)
 		div = lift1(func(d []int64) { divSignedLoop(d, n) })
-	case Uint64:
+	case abi.Uint64:
 		r.accum, r.prepare = nativeOps[uint64](op, scalar)
 		div = lift1(func(d []uint64) { divUnsignedLoop(d, uint64(n)) })
-	case Float32:
+	case abi.Float32:
 		r.accum, r.prepare = nativeOps[float32](op, scalar)
 		div = lift1(func(d []float32) { divFloatLoop(d, float32(n)) })
-	case Float64:
+	case abi.Float64:
 		r.accum, r.prepare = nativeOps[float64](op, scalar)
 		div = lift1(func(d []float64) { divFloatLoop(d, float64(n)) })
-	case Float16:
+	case abi.Float16:
 		r.accum, r.prepare, div = halfOps(&f16Loops, op, scalar, n)
-	case Bfloat16:
+	case abi.Bfloat16:
 		r.accum, r.prepare, div = halfOps(&bf16Loops, op, scalar, n)
 	}
 	// Dividing by one is the identity, so skip the pass entirely.
-	if op == Avg && nranks > 1 {
+	if op == abi.Avg && nranks > 1 {
 		r.finalize = div
 	}
 	if vec != nil {
@@ -97,10 +98,10 @@ func newReducer(t DataType, op RedOp, nranks int, scalar []byte, vec *[NumTypes]
 }
 
 // Type returns the reducer's datatype.
-func (r *Reducer) Type() DataType { return r.t }
+func (r *Reducer) Type() abi.DataType { return r.t }
 
 // Op returns the reducer's op.
-func (r *Reducer) Op() RedOp { return r.op }
+func (r *Reducer) Op() abi.RedOp { return r.op }
 
 // NeedsPrepare reports whether Prepare differs from a copy (only PreMulSum).
 func (r *Reducer) NeedsPrepare() bool { return r.prepare != nil }
@@ -159,15 +160,15 @@ func lift3[T any](f func(d, a, b []T)) func(d, a, b []byte) {
 
 // nativeOps selects the Accumulate and Prepare loops for a native type.
 // Avg accumulates as Sum.
-func nativeOps[T number](op RedOp, scalar []byte) (accum func(d, a, b []byte), prepare func(d, s []byte)) {
+func nativeOps[T number](op abi.RedOp, scalar []byte) (accum func(d, a, b []byte), prepare func(d, s []byte)) {
 	switch op {
-	case Sum, Avg:
+	case abi.Sum, abi.Avg:
 		return lift3(sumLoop[T]), nil
-	case Prod:
+	case abi.Prod:
 		return lift3(prodLoop[T]), nil
-	case Max:
+	case abi.Max:
 		return lift3(maxLoop[T]), nil
-	case Min:
+	case abi.Min:
 		return lift3(minLoop[T]), nil
 	}
 	k := *(*T)(unsafe.Pointer(&scalar[0])) // PreMulSum; may be unaligned, fine on amd64/arm64
@@ -188,17 +189,17 @@ type halfLoops struct {
 var f16Loops = halfLoops{F16ToF32, sumF16, prodF16, maxF16, minF16, preMulSumF16, scaleF16, divF16}
 var bf16Loops = halfLoops{BF16ToF32, sumBF16, prodBF16, maxBF16, minBF16, preMulSumBF16, scaleBF16, divBF16}
 
-func halfOps(l *halfLoops, op RedOp, scalar []byte, nranks int64) (accum func(d, a, b []byte), prepare func(d, s []byte), div func(d []byte)) {
+func halfOps(l *halfLoops, op abi.RedOp, scalar []byte, nranks int64) (accum func(d, a, b []byte), prepare func(d, s []byte), div func(d []byte)) {
 	n := float32(nranks)
 	div = lift1(func(d []uint16) { l.div(d, n) })
 	switch op {
-	case Sum, Avg:
+	case abi.Sum, abi.Avg:
 		return lift3(l.sum), nil, div
-	case Prod:
+	case abi.Prod:
 		return lift3(l.prod), nil, div
-	case Max:
+	case abi.Max:
 		return lift3(l.max), nil, div
-	case Min:
+	case abi.Min:
 		return lift3(l.min), nil, div
 	}
 	k := l.toF32(uint16(scalar[0]) | uint16(scalar[1])<<8)

@@ -3,6 +3,7 @@ package kernels
 import (
 	"encoding/binary"
 	"fmt"
+	"gocl/abi"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -13,34 +14,34 @@ import (
 
 // ---- reference model: raw element bits in, raw element bits out ----------
 
-var allTypes = []DataType{Int8, Uint8, Int32, Uint32, Int64, Uint64, Float16, Float32, Float64, Bfloat16}
-var allOps = []RedOp{Sum, Prod, Max, Min, Avg, PreMulSum}
+var allTypes = []abi.DataType{abi.Int8, abi.Uint8, abi.Int32, abi.Uint32, abi.Int64, abi.Uint64, abi.Float16, abi.Float32, abi.Float64, abi.Bfloat16}
+var allOps = []abi.RedOp{abi.Sum, abi.Prod, abi.Max, abi.Min, abi.Avg, abi.PreMulSum}
 
-func getRaw(t DataType, b []byte, i int) uint64 {
+func getRaw(t abi.DataType, b []byte, i int) uint64 {
 	s := t.Size()
 	var buf [8]byte
 	copy(buf[:], b[i*s:(i+1)*s])
 	return binary.LittleEndian.Uint64(buf[:])
 }
 
-func putRaw(t DataType, b []byte, i int, v uint64) {
+func putRaw(t abi.DataType, b []byte, i int, v uint64) {
 	var buf [8]byte
 	binary.LittleEndian.PutUint64(buf[:], v)
 	s := t.Size()
 	copy(b[i*s:(i+1)*s], buf[:s])
 }
 
-func encodeRaw(t DataType, v uint64) []byte {
+func encodeRaw(t abi.DataType, v uint64) []byte {
 	b := make([]byte, t.Size())
 	putRaw(t, b, 0, v)
 	return b
 }
 
-func isSigned(t DataType) bool { return t == Int8 || t == Int32 || t == Int64 }
+func isSigned(t abi.DataType) bool { return t == abi.Int8 || t == abi.Int32 || t == abi.Int64 }
 
-func bits(t DataType) uint { return uint(t.Size()) * 8 }
+func bits(t abi.DataType) uint { return uint(t.Size()) * 8 }
 
-func intDecode(t DataType, raw uint64) *big.Int {
+func intDecode(t abi.DataType, raw uint64) *big.Int {
 	sh := 64 - bits(t)
 	if isSigned(t) {
 		return big.NewInt(int64(raw<<sh) >> sh)
@@ -49,30 +50,30 @@ func intDecode(t DataType, raw uint64) *big.Int {
 }
 
 // intEncode wraps to the type's width (big.Int And is two's complement).
-func intEncode(t DataType, v *big.Int) uint64 {
+func intEncode(t abi.DataType, v *big.Int) uint64 {
 	mask := new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), bits(t)), big.NewInt(1))
 	return new(big.Int).And(v, mask).Uint64()
 }
 
-func floatDecode(t DataType, raw uint64) float64 {
+func floatDecode(t abi.DataType, raw uint64) float64 {
 	switch t {
-	case Float16:
+	case abi.Float16:
 		return fmtF16.decode(raw)
-	case Bfloat16:
+	case abi.Bfloat16:
 		return fmtBF16.decode(raw)
-	case Float32:
+	case abi.Float32:
 		return float64(math.Float32frombits(uint32(raw)))
 	}
 	return math.Float64frombits(raw)
 }
 
-func floatEncode(t DataType, v float64) uint64 {
+func floatEncode(t abi.DataType, v float64) uint64 {
 	switch t {
-	case Float16:
+	case abi.Float16:
 		return fmtF16.encode(v)
-	case Bfloat16:
+	case abi.Bfloat16:
 		return fmtBF16.encode(v)
-	case Float32:
+	case abi.Float32:
 		return uint64(math.Float32bits(float32(v)))
 	}
 	return math.Float64bits(v)
@@ -82,48 +83,48 @@ func floatEncode(t DataType, v float64) uint64 {
 // precision: float64 for float64, float32 otherwise. Rounding the exact
 // float64 result of +, *, / on float32 inputs to float32 equals the float32
 // operation (53 >= 2*24+2), so this models float32 arithmetic exactly.
-func round32(t DataType, v float64) float64 {
-	if t == Float64 {
+func round32(t abi.DataType, v float64) float64 {
+	if t == abi.Float64 {
 		return float64(v) // explicit conversion: no FMA fusion
 	}
 	return float64(float32(v))
 }
 
-func isNaNRaw(t DataType, raw uint64) bool {
+func isNaNRaw(t abi.DataType, raw uint64) bool {
 	switch t {
-	case Float16:
+	case abi.Float16:
 		return fmtF16.isNaN(raw)
-	case Bfloat16:
+	case abi.Bfloat16:
 		return fmtBF16.isNaN(raw)
-	case Float32:
+	case abi.Float32:
 		return fmtF32.isNaN(raw)
-	case Float64:
+	case abi.Float64:
 		return math.IsNaN(math.Float64frombits(raw))
 	}
 	return false
 }
 
-func sameRaw(t DataType, got, want uint64) bool {
+func sameRaw(t abi.DataType, got, want uint64) bool {
 	if isNaNRaw(t, want) {
 		return isNaNRaw(t, got)
 	}
 	return got == want
 }
 
-func refAccum(t DataType, op RedOp, a, b, k uint64) uint64 {
+func refAccum(t abi.DataType, op abi.RedOp, a, b, k uint64) uint64 {
 	if t.IsFloat() {
 		x, y, s := floatDecode(t, a), floatDecode(t, b), floatDecode(t, k)
 		var r float64
 		switch op {
-		case Sum, Avg:
+		case abi.Sum, abi.Avg:
 			r = round32(t, x+y)
-		case Prod:
+		case abi.Prod:
 			r = round32(t, x*y)
-		case Max:
+		case abi.Max:
 			r = nanMax(x, y)
-		case Min:
+		case abi.Min:
 			r = nanMin(x, y)
-		case PreMulSum:
+		case abi.PreMulSum:
 			r = round32(t, x+round32(t, s*y))
 		}
 		return floatEncode(t, r)
@@ -131,21 +132,21 @@ func refAccum(t DataType, op RedOp, a, b, k uint64) uint64 {
 	x, y := intDecode(t, a), intDecode(t, b)
 	r := new(big.Int)
 	switch op {
-	case Sum, Avg:
+	case abi.Sum, abi.Avg:
 		r.Add(x, y)
-	case Prod:
+	case abi.Prod:
 		r.Mul(x, y)
-	case Max:
+	case abi.Max:
 		r.Set(x)
 		if y.Cmp(x) > 0 {
 			r.Set(y)
 		}
-	case Min:
+	case abi.Min:
 		r.Set(x)
 		if y.Cmp(x) < 0 {
 			r.Set(y)
 		}
-	case PreMulSum:
+	case abi.PreMulSum:
 		r.Mul(intDecode(t, k), y)
 		r.Add(r, x)
 	}
@@ -168,8 +169,8 @@ func nanMin(x, y float64) float64 {
 	return math.Min(x, y)
 }
 
-func refPrepare(t DataType, op RedOp, a, k uint64) uint64 {
-	if op != PreMulSum {
+func refPrepare(t abi.DataType, op abi.RedOp, a, k uint64) uint64 {
+	if op != abi.PreMulSum {
 		return a
 	}
 	if t.IsFloat() {
@@ -178,8 +179,8 @@ func refPrepare(t DataType, op RedOp, a, k uint64) uint64 {
 	return intEncode(t, new(big.Int).Mul(intDecode(t, k), intDecode(t, a)))
 }
 
-func refFinalize(t DataType, op RedOp, a uint64, n int) uint64 {
-	if op != Avg {
+func refFinalize(t abi.DataType, op abi.RedOp, a uint64, n int) uint64 {
+	if op != abi.Avg {
 		return a
 	}
 	if t.IsFloat() {
@@ -192,7 +193,7 @@ func refFinalize(t DataType, op RedOp, a uint64, n int) uint64 {
 
 // genRaw mixes random bit patterns (NaN, inf, subnormals, extreme integers),
 // moderate values, and values near the type's overflow threshold.
-func genRaw(rng *rand.Rand, t DataType) uint64 {
+func genRaw(rng *rand.Rand, t abi.DataType) uint64 {
 	mask := uint64(1)<<bits(t) - 1
 	if bits(t) == 64 {
 		mask = math.MaxUint64
@@ -218,7 +219,7 @@ func genRaw(rng *rand.Rand, t DataType) uint64 {
 	return floatEncode(t, v)
 }
 
-func genBuf(rng *rand.Rand, t DataType, n int) []byte {
+func genBuf(rng *rand.Rand, t abi.DataType, n int) []byte {
 	b := make([]byte, n*t.Size())
 	for i := range n {
 		putRaw(t, b, i, genRaw(rng, t))
@@ -227,7 +228,7 @@ func genBuf(rng *rand.Rand, t DataType, n int) []byte {
 }
 
 // scalars returns PreMulSum multipliers to try for t.
-func scalars(t DataType) [][]byte {
+func scalars(t abi.DataType) [][]byte {
 	if t.IsFloat() {
 		var out [][]byte
 		for _, v := range []float64{1, 0.5, 1.0 / 3, -2.5, 0} {
@@ -243,14 +244,14 @@ func scalars(t DataType) [][]byte {
 	}
 }
 
-func opScalars(t DataType, op RedOp) [][]byte {
-	if op == PreMulSum {
+func opScalars(t abi.DataType, op abi.RedOp) [][]byte {
+	if op == abi.PreMulSum {
 		return scalars(t)
 	}
 	return [][]byte{nil}
 }
 
-func scalarRaw(t DataType, k []byte) uint64 {
+func scalarRaw(t abi.DataType, k []byte) uint64 {
 	if k == nil {
 		return 0
 	}
@@ -259,7 +260,7 @@ func scalarRaw(t DataType, k []byte) uint64 {
 
 var lengths = []int{0, 1, 3, 7, 8, 9, 16, 17, 1001}
 
-func compareBuf(t *testing.T, ty DataType, what string, got []byte, want []uint64) {
+func compareBuf(t *testing.T, ty abi.DataType, what string, got []byte, want []uint64) {
 	t.Helper()
 	bad := 0
 	for i, w := range want {
@@ -318,7 +319,7 @@ func TestPrepareMatrix(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if got := r.NeedsPrepare(); got != (op == PreMulSum) {
+					if got := r.NeedsPrepare(); got != (op == abi.PreMulSum) {
 						t.Errorf("NeedsPrepare() = %v", got)
 					}
 					kr := scalarRaw(ty, k)
@@ -353,7 +354,7 @@ func TestFinalizeMatrix(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if got, want := r.NeedsFinalize(), op == Avg && nranks > 1; got != want {
+					if got, want := r.NeedsFinalize(), op == abi.Avg && nranks > 1; got != want {
 						t.Errorf("NeedsFinalize() = %v, want %v", got, want)
 					}
 					rng := rand.New(rand.NewPCG(uint64(ty)+200, uint64(nranks)))
@@ -411,7 +412,7 @@ func TestReduceChain(t *testing.T) {
 
 // ---- targeted cases -------------------------------------------------------
 
-func mustReducer(t *testing.T, ty DataType, op RedOp, nranks int, k []byte) *Reducer {
+func mustReducer(t *testing.T, ty abi.DataType, op abi.RedOp, nranks int, k []byte) *Reducer {
 	t.Helper()
 	r, err := NewReducer(ty, op, nranks, k)
 	if err != nil {
@@ -422,26 +423,26 @@ func mustReducer(t *testing.T, ty DataType, op RedOp, nranks int, k []byte) *Red
 
 func TestIntegerWrap(t *testing.T) {
 	tests := []struct {
-		ty     DataType
-		op     RedOp
+		ty     abi.DataType
+		op     abi.RedOp
 		a, b   uint64
 		want   uint64
 		reason string
 	}{
-		{Int8, Sum, 127, 1, 0x80, "127+1 = -128"},
-		{Int8, Prod, 0x80, 0xff, 0x80, "-128 * -1 = -128"},
-		{Uint8, Sum, 255, 1, 0, "255+1 = 0"},
-		{Uint8, Prod, 16, 16, 0, "16*16 = 256 = 0"},
-		{Int32, Sum, math.MaxInt32, 1, 0x80000000, "MaxInt32+1 = MinInt32"},
-		{Int32, Prod, 1 << 16, 1 << 16, 0, "2^32 = 0"},
-		{Uint32, Sum, math.MaxUint32, 2, 1, "wraps"},
-		{Int64, Sum, math.MaxInt64, 1, 1 << 63, "MaxInt64+1 = MinInt64"},
-		{Int64, Prod, 1 << 62, 4, 0, "2^64 = 0"},
-		{Uint64, Sum, math.MaxUint64, math.MaxUint64, math.MaxUint64 - 1, "wraps"},
-		{Uint64, Max, 1 << 63, 1, 1 << 63, "unsigned compare"},
-		{Int64, Max, 1 << 63, 1, 1, "signed compare"},
-		{Uint8, Min, 0xff, 1, 1, "unsigned compare"},
-		{Int8, Min, 0xff, 1, 0xff, "signed compare"},
+		{abi.Int8, abi.Sum, 127, 1, 0x80, "127+1 = -128"},
+		{abi.Int8, abi.Prod, 0x80, 0xff, 0x80, "-128 * -1 = -128"},
+		{abi.Uint8, abi.Sum, 255, 1, 0, "255+1 = 0"},
+		{abi.Uint8, abi.Prod, 16, 16, 0, "16*16 = 256 = 0"},
+		{abi.Int32, abi.Sum, math.MaxInt32, 1, 0x80000000, "MaxInt32+1 = MinInt32"},
+		{abi.Int32, abi.Prod, 1 << 16, 1 << 16, 0, "2^32 = 0"},
+		{abi.Uint32, abi.Sum, math.MaxUint32, 2, 1, "wraps"},
+		{abi.Int64, abi.Sum, math.MaxInt64, 1, 1 << 63, "MaxInt64+1 = MinInt64"},
+		{abi.Int64, abi.Prod, 1 << 62, 4, 0, "2^64 = 0"},
+		{abi.Uint64, abi.Sum, math.MaxUint64, math.MaxUint64, math.MaxUint64 - 1, "wraps"},
+		{abi.Uint64, abi.Max, 1 << 63, 1, 1 << 63, "unsigned compare"},
+		{abi.Int64, abi.Max, 1 << 63, 1, 1, "signed compare"},
+		{abi.Uint8, abi.Min, 0xff, 1, 1, "unsigned compare"},
+		{abi.Int8, abi.Min, 0xff, 1, 0xff, "signed compare"},
 	}
 	for _, tc := range tests {
 		r := mustReducer(t, tc.ty, tc.op, 2, nil)
@@ -455,22 +456,22 @@ func TestIntegerWrap(t *testing.T) {
 
 func TestAvgTruncatesTowardZero(t *testing.T) {
 	tests := []struct {
-		ty     DataType
+		ty     abi.DataType
 		nranks int
 		in     []int64
 		want   []int64
 	}{
-		{Int32, 2, []int64{-7, 7, -1, -5, 0, 1}, []int64{-3, 3, 0, -2, 0, 0}},
-		{Int32, 3, []int64{math.MinInt32, math.MaxInt32, -2}, []int64{-715827882, 715827882, 0}},
-		{Int8, 3, []int64{-128, 127, -5}, []int64{-42, 42, -1}},
-		{Int8, 128, []int64{-128, 127, -127}, []int64{-1, 0, 0}}, // divisor exceeds int8
-		{Int8, 1000, []int64{-128, 127, -127}, []int64{0, 0, 0}}, // divisor exceeds int8
-		{Int64, 4, []int64{math.MinInt64, -9, 9}, []int64{math.MinInt64 / 4, -2, 2}},
-		{Uint8, 300, []int64{255, 0}, []int64{0, 0}},
-		{Uint64, 3, []int64{-1, 10}, []int64{int64(uint64(math.MaxUint64) / 3), 3}},
+		{abi.Int32, 2, []int64{-7, 7, -1, -5, 0, 1}, []int64{-3, 3, 0, -2, 0, 0}},
+		{abi.Int32, 3, []int64{math.MinInt32, math.MaxInt32, -2}, []int64{-715827882, 715827882, 0}},
+		{abi.Int8, 3, []int64{-128, 127, -5}, []int64{-42, 42, -1}},
+		{abi.Int8, 128, []int64{-128, 127, -127}, []int64{-1, 0, 0}}, // divisor exceeds int8
+		{abi.Int8, 1000, []int64{-128, 127, -127}, []int64{0, 0, 0}}, // divisor exceeds int8
+		{abi.Int64, 4, []int64{math.MinInt64, -9, 9}, []int64{math.MinInt64 / 4, -2, 2}},
+		{abi.Uint8, 300, []int64{255, 0}, []int64{0, 0}},
+		{abi.Uint64, 3, []int64{-1, 10}, []int64{int64(uint64(math.MaxUint64) / 3), 3}},
 	}
 	for _, tc := range tests {
-		r := mustReducer(t, tc.ty, Avg, tc.nranks, nil)
+		r := mustReducer(t, tc.ty, abi.Avg, tc.nranks, nil)
 		buf := make([]byte, len(tc.in)*tc.ty.Size())
 		for i, v := range tc.in {
 			putRaw(tc.ty, buf, i, uint64(v))
@@ -483,7 +484,7 @@ func TestAvgTruncatesTowardZero(t *testing.T) {
 		}
 	}
 	// Float Avg divides in float32 for float32.
-	r := mustReducer(t, Float32, Avg, 3, nil)
+	r := mustReducer(t, abi.Float32, abi.Avg, 3, nil)
 	buf := make([]byte, 4)
 	binary.LittleEndian.PutUint32(buf, math.Float32bits(1))
 	r.Finalize(buf)
@@ -493,8 +494,8 @@ func TestAvgTruncatesTowardZero(t *testing.T) {
 }
 
 func TestPreMulSumFloat16(t *testing.T) {
-	k := encodeRaw(Float16, uint64(F32ToF16(0.5)))
-	r := mustReducer(t, Float16, PreMulSum, 2, k)
+	k := encodeRaw(abi.Float16, uint64(F32ToF16(0.5)))
+	r := mustReducer(t, abi.Float16, abi.PreMulSum, 2, k)
 	if !r.NeedsPrepare() || r.NeedsFinalize() {
 		t.Fatal("PreMulSum needs Prepare only")
 	}
@@ -523,8 +524,8 @@ func TestPreMulSumFloat16(t *testing.T) {
 
 func TestMaxMinNaN(t *testing.T) {
 	nan := math.NaN()
-	for _, ty := range []DataType{Float16, Float32, Float64, Bfloat16} {
-		for _, op := range []RedOp{Max, Min} {
+	for _, ty := range []abi.DataType{abi.Float16, abi.Float32, abi.Float64, abi.Bfloat16} {
+		for _, op := range []abi.RedOp{abi.Max, abi.Min} {
 			r := mustReducer(t, ty, op, 2, nil)
 			a := []float64{nan, 1, nan, -1, 0, math.Inf(1)}
 			b := []float64{1, nan, nan, 2, math.Copysign(0, -1), nan}
@@ -538,7 +539,7 @@ func TestMaxMinNaN(t *testing.T) {
 			for i := range a {
 				got := floatDecode(ty, getRaw(ty, dst, i))
 				want := nanMax(a[i], b[i])
-				if op == Min {
+				if op == abi.Min {
 					want = nanMin(a[i], b[i])
 				}
 				if math.IsNaN(want) != math.IsNaN(got) || (!math.IsNaN(want) && (got != want || math.Signbit(got) != math.Signbit(want))) {
@@ -551,20 +552,20 @@ func TestMaxMinNaN(t *testing.T) {
 
 func TestNewReducerErrors(t *testing.T) {
 	tests := []struct {
-		ty     DataType
-		op     RedOp
+		ty     abi.DataType
+		op     abi.RedOp
 		nranks int
 		k      []byte
 		want   string
 	}{
-		{12, Sum, 2, nil, "unknown datatype 12"},
-		{-1, Sum, 2, nil, "unknown datatype -1"},
-		{Float32, 5, 2, nil, "unknown reduction op 5"},
-		{Float32, 99, 2, nil, "unknown reduction op 99"},
-		{Float32, PreMulSum, 2, []byte{0, 0}, "premulsum needs a scalar of 4 bytes for float32, got 2"},
-		{Float16, PreMulSum, 2, nil, "premulsum needs a scalar of 2 bytes for float16, got 0"},
-		{Int64, Sum, 2, make([]byte, 8), "sum takes no scalar, got 8 bytes"},
-		{Int32, Avg, 0, nil, "avg needs nranks >= 1, got 0"},
+		{12, abi.Sum, 2, nil, "unknown datatype 12"},
+		{-1, abi.Sum, 2, nil, "unknown datatype -1"},
+		{abi.Float32, 5, 2, nil, "unknown reduction op 5"},
+		{abi.Float32, 99, 2, nil, "unknown reduction op 99"},
+		{abi.Float32, abi.PreMulSum, 2, []byte{0, 0}, "premulsum needs a scalar of 4 bytes for float32, got 2"},
+		{abi.Float16, abi.PreMulSum, 2, nil, "premulsum needs a scalar of 2 bytes for float16, got 0"},
+		{abi.Int64, abi.Sum, 2, make([]byte, 8), "sum takes no scalar, got 8 bytes"},
+		{abi.Int32, abi.Avg, 0, nil, "avg needs nranks >= 1, got 0"},
 	}
 	for _, tc := range tests {
 		r, err := NewReducer(tc.ty, tc.op, tc.nranks, tc.k)
@@ -573,19 +574,19 @@ func TestNewReducerErrors(t *testing.T) {
 		}
 	}
 	// nranks only matters for Avg.
-	for _, op := range []RedOp{Sum, Prod, Max, Min} {
-		if _, err := NewReducer(Int32, op, 0, nil); err != nil {
+	for _, op := range []abi.RedOp{abi.Sum, abi.Prod, abi.Max, abi.Min} {
+		if _, err := NewReducer(abi.Int32, op, 0, nil); err != nil {
 			t.Errorf("%v with nranks 0: %v", op, err)
 		}
 	}
-	r := mustReducer(t, Bfloat16, Max, 4, nil)
-	if r.Type() != Bfloat16 || r.Op() != Max {
+	r := mustReducer(t, abi.Bfloat16, abi.Max, 4, nil)
+	if r.Type() != abi.Bfloat16 || r.Op() != abi.Max {
 		t.Errorf("Type/Op = %v/%v", r.Type(), r.Op())
 	}
 }
 
 func TestLengthMismatchPanics(t *testing.T) {
-	r := mustReducer(t, Float32, Avg, 2, nil)
+	r := mustReducer(t, abi.Float32, abi.Avg, 2, nil)
 	for name, f := range map[string]func(){
 		"acc shorter":   func() { r.Accumulate(make([]byte, 8), make([]byte, 4), make([]byte, 8)) },
 		"in longer":     func() { r.Accumulate(make([]byte, 8), make([]byte, 8), make([]byte, 12)) },
@@ -608,7 +609,7 @@ func TestLengthMismatchPanics(t *testing.T) {
 func TestUnalignedBuffers(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	for _, ty := range allTypes {
-		r := mustReducer(t, ty, Sum, 2, nil)
+		r := mustReducer(t, ty, abi.Sum, 2, nil)
 		const n = 37
 		raw := make([]byte, 3*(n*ty.Size()+1))
 		seg := func(i int) []byte { o := i*(n*ty.Size()+1) + 1; return raw[o : o+n*ty.Size()] }
@@ -617,7 +618,7 @@ func TestUnalignedBuffers(t *testing.T) {
 		copy(in, genBuf(rng, ty, n))
 		want := make([]uint64, n)
 		for i := range want {
-			want[i] = refAccum(ty, Sum, getRaw(ty, acc, i), getRaw(ty, in, i), 0)
+			want[i] = refAccum(ty, abi.Sum, getRaw(ty, acc, i), getRaw(ty, in, i), 0)
 		}
 		r.Accumulate(dst, acc, in)
 		compareBuf(t, ty, "unaligned", dst, want)
@@ -626,20 +627,20 @@ func TestUnalignedBuffers(t *testing.T) {
 
 // One Reducer shared by many goroutines (run with -race).
 func TestConcurrentUse(t *testing.T) {
-	k := encodeRaw(Float32, uint64(math.Float32bits(0.25)))
-	r := mustReducer(t, Float32, PreMulSum, 8, k)
+	k := encodeRaw(abi.Float32, uint64(math.Float32bits(0.25)))
+	r := mustReducer(t, abi.Float32, abi.PreMulSum, 8, k)
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(g), 9))
 			for range 20 {
-				acc, in := genBuf(rng, Float32, 513), genBuf(rng, Float32, 513)
+				acc, in := genBuf(rng, abi.Float32, 513), genBuf(rng, abi.Float32, 513)
 				want := make([]uint64, 513)
 				for i := range want {
-					want[i] = refAccum(Float32, PreMulSum, getRaw(Float32, acc, i), getRaw(Float32, in, i), scalarRaw(Float32, k))
+					want[i] = refAccum(abi.Float32, abi.PreMulSum, getRaw(abi.Float32, acc, i), getRaw(abi.Float32, in, i), scalarRaw(abi.Float32, k))
 				}
 				r.Accumulate(acc, acc, in)
-				compareBuf(t, Float32, "concurrent", acc, want)
+				compareBuf(t, abi.Float32, "concurrent", acc, want)
 			}
 		})
 	}

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"gocl/abi"
 	"math"
 	"unsafe"
 )
@@ -32,11 +33,11 @@ type (
 // (float64 for float64 and the 32-bit integers, float32 otherwise). The NT
 // twins use non-temporal stores and need a 32-byte aligned dst.
 type simdSet struct {
-	accum       [NumOps]binaryKernel
+	accum       [abi.NumOps]binaryKernel
 	preMulSum   binaryKernel
 	scale       unaryKernel
 	div         unaryKernel
-	accumNT     [NumOps]binaryKernel
+	accumNT     [abi.NumOps]binaryKernel
 	preMulSumNT binaryKernel
 }
 
@@ -52,7 +53,7 @@ func ISA() string {
 // under the race detector, which cannot see memory that assembly touches;
 // there the portable loops keep every buffer access checked (a lent
 // shared-memory slot written while a peer reads it must still be caught).
-func simdKernels() *[NumTypes]simdSet {
+func simdKernels() *[abi.NumTypes]simdSet {
 	if raceEnabled {
 		return nil
 	}
@@ -110,12 +111,12 @@ func vec1(kern unaryKernel, k *byte, tail func(d []byte)) func(d []byte) {
 // The kernels read their scalar through a pointer into a private, aligned
 // copy that lives as long as the closures.
 func (r *Reducer) vectorize(s *simdSet, nranks int, scalar []byte) {
-	if r.op == PreMulSum {
+	if r.op == abi.PreMulSum {
 		k := new(uint64)
 		switch r.t {
-		case Float16:
+		case abi.Float16:
 			*k = uint64(math.Float32bits(F16ToF32(uint16(scalar[0]) | uint16(scalar[1])<<8)))
-		case Bfloat16:
+		case abi.Bfloat16:
 			*k = uint64(math.Float32bits(BF16ToF32(uint16(scalar[0]) | uint16(scalar[1])<<8)))
 		default:
 			copy(unsafe.Slice((*byte)(unsafe.Pointer(k)), 8), scalar)
@@ -133,7 +134,7 @@ func (r *Reducer) vectorize(s *simdSet, nranks int, scalar []byte) {
 	if r.finalize != nil && s.div != nil {
 		k := new(uint64)
 		switch r.t {
-		case Float64, Int32, Uint32:
+		case abi.Float64, abi.Int32, abi.Uint32:
 			*k = math.Float64bits(float64(nranks))
 		default:
 			*k = uint64(math.Float32bits(float32(nranks)))

@@ -1,5 +1,7 @@
 package kernels
 
+import "gocl/abi"
+
 //go:generate go run ./gen
 
 const simdName = "avx2"
@@ -24,7 +26,7 @@ var hasAVX2 = func() bool {
 }()
 
 // cpuKernels returns the kernel table this CPU can run, or nil.
-func cpuKernels() *[NumTypes]simdSet {
+func cpuKernels() *[abi.NumTypes]simdSet {
 	if hasAVX2 {
 		return &avx2Kernels
 	}

@@ -2,7 +2,9 @@
 
 package kernels
 
+import "gocl/abi"
+
 const simdName = "portable"
 
 // cpuKernels: no vector kernels on this architecture yet.
-func cpuKernels() *[NumTypes]simdSet { return nil }
+func cpuKernels() *[abi.NumTypes]simdSet { return nil }

@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"gocl/abi"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -33,7 +34,7 @@ func TestSIMDMatchesPortable(t *testing.T) {
 	t.Run("nontemporal", func(t *testing.T) { testSIMD(t, vec) })
 }
 
-func testSIMD(t *testing.T, vec *[NumTypes]simdSet) {
+func testSIMD(t *testing.T, vec *[abi.NumTypes]simdSet) {
 	lens, ranks := []int{1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1000, 4099}, []int{3, 8}
 	if testing.Short() { // the race detector's run: fewer shapes
 		lens, ranks = []int{1, 33, 129, 1000}, []int{3}
@@ -43,7 +44,7 @@ func testSIMD(t *testing.T, vec *[NumTypes]simdSet) {
 			t.Run(ty.String()+"/"+op.String(), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(ty)+500, uint64(op)))
 				ks := opScalars(ty, op)
-				if op == PreMulSum && ty.IsFloat() {
+				if op == abi.PreMulSum && ty.IsFloat() {
 					ks = append(ks, encodeRaw(ty, floatEncode(ty, math.NaN())), encodeRaw(ty, floatEncode(ty, math.Inf(-1))),
 						encodeRaw(ty, floatEncode(ty, math.Copysign(0, -1))))
 				}
@@ -66,13 +67,13 @@ func testSIMD(t *testing.T, vec *[NumTypes]simdSet) {
 }
 
 // special returns a raw value that stresses the edge cases of t.
-func special(rng *rand.Rand, t DataType) uint64 {
+func special(rng *rand.Rand, t abi.DataType) uint64 {
 	if !t.IsFloat() {
 		return genRaw(rng, t)
 	}
 	w := bits(t)
 	sign := uint64(rng.IntN(2)) << (w - 1)
-	expBits := map[DataType]uint{Float16: 5, Bfloat16: 8, Float32: 8, Float64: 11}[t]
+	expBits := map[abi.DataType]uint{abi.Float16: 5, abi.Bfloat16: 8, abi.Float32: 8, abi.Float64: 11}[t]
 	man := w - 1 - expBits
 	expAll := (uint64(1)<<expBits - 1) << man
 	switch rng.IntN(8) {
@@ -90,7 +91,7 @@ func special(rng *rand.Rand, t DataType) uint64 {
 	return genRaw(rng, t)
 }
 
-func checkSIMD(t *testing.T, rng *rand.Rand, ty DataType, v, p *Reducer, k []byte, n, off int, what string) {
+func checkSIMD(t *testing.T, rng *rand.Rand, ty abi.DataType, v, p *Reducer, k []byte, n, off int, what string) {
 	t.Helper()
 	sz := ty.Size()
 	buf := func() []byte {
@@ -129,7 +130,7 @@ func checkSIMD(t *testing.T, rng *rand.Rand, ty DataType, v, p *Reducer, k []byt
 	sameBits(t, ty, v.op, k, what+" finalize", fv, fp, nil, nil)
 }
 
-func sameBits(t *testing.T, ty DataType, op RedOp, k []byte, what string, got, want, a, b []byte) {
+func sameBits(t *testing.T, ty abi.DataType, op abi.RedOp, k []byte, what string, got, want, a, b []byte) {
 	t.Helper()
 	bad := 0
 	for i := range len(want) / ty.Size() {
@@ -159,14 +160,14 @@ func TestISA(t *testing.T) {
 
 // twoNaNs reports whether the final add or multiply of op saw two NaN
 // operands: a and b for Sum/Avg/Prod, a and k*b for PreMulSum.
-func twoNaNs(ty DataType, op RedOp, k []byte, a, b uint64) bool {
+func twoNaNs(ty abi.DataType, op abi.RedOp, k []byte, a, b uint64) bool {
 	if !ty.IsFloat() || !isNaNRaw(ty, a) {
 		return false
 	}
 	switch op {
-	case Sum, Avg, Prod:
+	case abi.Sum, abi.Avg, abi.Prod:
 		return isNaNRaw(ty, b)
-	case PreMulSum:
+	case abi.PreMulSum:
 		kv, bv := floatDecode(ty, scalarRaw(ty, k)), floatDecode(ty, b)
 		return math.IsNaN(kv * bv)
 	}

@@ -13,6 +13,7 @@
 package algo
 
 import (
+	"gocl/abi"
 	"gocl/kernels"
 	"gocl/runtime/host"
 	"gocl/runtime/transport"
@@ -112,7 +113,7 @@ func (c *Ctx) combiner() *kernels.Reducer {
 	if !c.Red.NeedsPrepare() {
 		return c.Red
 	}
-	r, err := kernels.NewReducer(c.Red.Type(), kernels.Sum, 1, nil)
+	r, err := kernels.NewReducer(c.Red.Type(), abi.Sum, 1, nil)
 	if err != nil {
 		panic(err) // Sum exists for every valid type
 	}

@@ -3,6 +3,7 @@ package algo
 import (
 	"bytes"
 	"fmt"
+	"gocl/abi"
 	"sync"
 	"testing"
 
@@ -77,7 +78,7 @@ func TestDataMovementGoesByReference(t *testing.T) {
 			n := tc.ranks
 			w := newWorld(n, true)
 			moved := make([]int, n)
-			red, err := kernels.NewReducer(kernels.Float32, kernels.Sum, n, nil)
+			red, err := kernels.NewReducer(abi.Float32, abi.Sum, n, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -96,7 +97,7 @@ func TestDataMovementGoesByReference(t *testing.T) {
 					}
 				}
 				c := &Ctx{Rank: r, N: n, Links: links, Hdr: wire.Header{Kind: wire.KindColl, Coll: tc.coll,
-					Dtype: uint8(kernels.Float32), Op: uint8(kernels.Sum), Count: uint64(count)},
+					Dtype: uint8(abi.Float32), Op: uint8(abi.Sum), Count: uint64(count)},
 					Red: red, Elem: 4, Chunk: 256 << 10, Local: 1, Fail: w.fail}
 				in := make([]byte, count*4)
 				for i := range in {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"flag"
 	"fmt"
+	"gocl/abi"
 	"math"
 	"os"
 	"path/filepath"
@@ -301,7 +302,7 @@ func runCase(cmd string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	red, err := kernels.NewReducer(kernels.Float32, kernels.Sum, s.ranks, nil)
+	red, err := kernels.NewReducer(abi.Float32, abi.Sum, s.ranks, nil)
 	if err != nil {
 		return "", err
 	}
@@ -328,7 +329,7 @@ func runCase(cmd string) (string, error) {
 		recvs[r] = make([]byte, nr*elem)
 		c := &Ctx{
 			Rank: r, N: s.ranks, Links: w.links(r),
-			Hdr: wire.Header{Kind: wire.KindColl, Coll: s.coll, Dtype: uint8(kernels.Float32), Op: uint8(kernels.Sum),
+			Hdr: wire.Header{Kind: wire.KindColl, Coll: s.coll, Dtype: uint8(abi.Float32), Op: uint8(abi.Sum),
 				Root: int32(s.root), Seq: 1, Count: uint64(s.count)},
 			Red: red, Elem: elem, Chunk: s.chunk, Local: 1, Hosts: hosts,
 			Scratch: func(n int) []byte { return make([]byte, n) },

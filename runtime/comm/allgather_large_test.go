@@ -2,9 +2,9 @@ package comm
 
 import (
 	"fmt"
+	"gocl/abi"
 	"testing"
 
-	"gocl/kernels"
 	"gocl/runtime/wire"
 )
 
@@ -23,19 +23,19 @@ func TestLargeAllGather(t *testing.T) {
 					size := count * 4
 					for _, inPlace := range []bool{false, true} {
 						recv := make([]byte, n*size)
-						send := fill(kernels.Float32, kernels.Sum, c.Rank(), count)
+						send := fill(abi.Float32, abi.Sum, c.Rank(), count)
 						if inPlace {
 							copy(recv[c.Rank()*size:], send)
 							send = recv[c.Rank()*size : (c.Rank()+1)*size]
 						}
-						if err := c.Run(nil, Op{Coll: wire.AllGather, Send: ptr(send), Recv: ptr(recv), Count: count, Type: kernels.Float32}); err != nil {
+						if err := c.Run(nil, Op{Coll: wire.AllGather, Send: ptr(send), Recv: ptr(recv), Count: count, Type: abi.Float32}); err != nil {
 							return err
 						}
 						for i := 0; i < n*count; i += 211 {
-							k.expect(fmt.Sprintf("allgather in place %v", inPlace), kernels.Float32, recv, i,
-								input(kernels.Float32, kernels.Sum, i/count, i%count))
+							k.expect(fmt.Sprintf("allgather in place %v", inPlace), abi.Float32, recv, i,
+								input(abi.Float32, abi.Sum, i/count, i%count))
 						}
-						k.expect("allgather last", kernels.Float32, recv, n*count-1, input(kernels.Float32, kernels.Sum, n-1, count-1))
+						k.expect("allgather last", abi.Float32, recv, n*count-1, input(abi.Float32, abi.Sum, n-1, count-1))
 					}
 					return k.err()
 				})

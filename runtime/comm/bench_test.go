@@ -2,10 +2,10 @@ package comm
 
 import (
 	"fmt"
+	"gocl/abi"
 	"sync"
 	"testing"
 
-	"gocl/kernels"
 	"gocl/runtime/wire"
 )
 
@@ -30,7 +30,7 @@ func BenchmarkAllReduce(b *testing.B) {
 							send := make([]byte, bytes)
 							recv := make([]byte, bytes)
 							for i := 0; i < b.N; i++ {
-								if err := c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(send), Recv: ptr(recv), Count: count, Type: kernels.Float32}); err != nil {
+								if err := c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(send), Recv: ptr(recv), Count: count, Type: abi.Float32}); err != nil {
 									b.Error(err)
 									return
 								}
@@ -56,7 +56,7 @@ func BenchmarkCallOneRank(b *testing.B) {
 	}
 	defer comms[0].Destroy()
 	send, recv := make([]byte, 8), make([]byte, 8)
-	op := Op{Coll: wire.AllReduce, Send: ptr(send), Recv: ptr(recv), Count: 2, Type: kernels.Float32}
+	op := Op{Coll: wire.AllReduce, Send: ptr(send), Recv: ptr(recv), Count: 2, Type: abi.Float32}
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := comms[0].Run(nil, op); err != nil {
@@ -81,7 +81,7 @@ func TestSmallCollectivesAllocateNothing(t *testing.T) {
 			const runs = 200
 			send, recv := make([][]byte, n), make([][]byte, n)
 			call := func(r int, inPlace bool) error {
-				op := Op{Coll: coll, Send: ptr(send[r]), Recv: ptr(recv[r]), Count: 2, Type: kernels.Float32, Root: n - 1}
+				op := Op{Coll: coll, Send: ptr(send[r]), Recv: ptr(recv[r]), Count: 2, Type: abi.Float32, Root: n - 1}
 				if inPlace {
 					op.Send = ptr(recv[r])
 					if coll == wire.AllGather {

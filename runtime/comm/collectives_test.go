@@ -2,10 +2,10 @@ package comm
 
 import (
 	"fmt"
+	"gocl/abi"
 	"strings"
 	"testing"
 
-	"gocl/kernels"
 	"gocl/runtime/transport/socket"
 	"gocl/runtime/wire"
 )
@@ -13,7 +13,7 @@ import (
 // matrix runs every collective × datatype × op × size (out of place and in
 // place) on one rank of c and checks it against the reference. Sizes hit 0,
 // 1, odd, one chunk ± 1 and several chunks; roots rotate.
-func matrix(c *Comm, types []kernels.DataType, sizes []int) error {
+func matrix(c *Comm, types []abi.DataType, sizes []int) error {
 	var k checker
 	n := c.NRanks()
 	call := 0
@@ -41,7 +41,7 @@ func matrix(c *Comm, types []kernels.DataType, sizes []int) error {
 	return k.err()
 }
 
-func checkReductions(c *Comm, k *checker, t kernels.DataType, op kernels.RedOp, h int32, count, root int, inPlace bool) error {
+func checkReductions(c *Comm, k *checker, t abi.DataType, op abi.RedOp, h int32, count, root int, inPlace bool) error {
 	n, r := c.NRanks(), c.Rank()
 	es := t.Size()
 	want := func(i int) float64 { return reference(t, op, 2, n, i) }
@@ -103,7 +103,7 @@ func checkReductions(c *Comm, k *checker, t kernels.DataType, op kernels.RedOp, 
 	return nil
 }
 
-func checkMovement(c *Comm, k *checker, t kernels.DataType, count, root int, inPlace bool) error {
+func checkMovement(c *Comm, k *checker, t abi.DataType, count, root int, inPlace bool) error {
 	n, r := c.NRanks(), c.Rank()
 	es := t.Size()
 	tag := func(coll string) string {
@@ -113,11 +113,11 @@ func checkMovement(c *Comm, k *checker, t kernels.DataType, count, root int, inP
 	for _, c := range []string{"broadcast", "allgather", "alltoall", "gather", "scatter", "sendrecv", "sendrecv self"} {
 		tags[c] = tag(c)
 	}
-	val := func(rank, i int) float64 { return input(t, kernels.Sum, rank, i) }
+	val := func(rank, i int) float64 { return input(t, abi.Sum, rank, i) }
 
 	// broadcast
 	buf := make([]byte, count*es)
-	send := fill(t, kernels.Sum, r, count)
+	send := fill(t, abi.Sum, r, count)
 	if inPlace {
 		buf = send
 	}
@@ -132,7 +132,7 @@ func checkMovement(c *Comm, k *checker, t kernels.DataType, count, root int, inP
 
 	// allgather
 	recv := make([]byte, n*count*es)
-	send = fill(t, kernels.Sum, r, count)
+	send = fill(t, abi.Sum, r, count)
 	if inPlace {
 		copy(recv[r*count*es:], send)
 		send = recv[r*count*es : (r+1)*count*es]
@@ -149,7 +149,7 @@ func checkMovement(c *Comm, k *checker, t kernels.DataType, count, root int, inP
 	}
 
 	// alltoall: block b of rank p holds values val(p, b*count+i)
-	send = fill(t, kernels.Sum, r, n*count)
+	send = fill(t, abi.Sum, r, n*count)
 	recv = make([]byte, n*count*es)
 	if err := c.Run(nil, Op{Coll: wire.AlltoAll, Send: ptr(send), Recv: ptr(recv), Count: count, Type: t}); err != nil {
 		return fmt.Errorf("%s: %w", tag("alltoall"), err)
@@ -163,7 +163,7 @@ func checkMovement(c *Comm, k *checker, t kernels.DataType, count, root int, inP
 	}
 
 	// gather
-	send = fill(t, kernels.Sum, r, count)
+	send = fill(t, abi.Sum, r, count)
 	recv = make([]byte, n*count*es)
 	if inPlace && r == root {
 		copy(recv[r*count*es:], send)
@@ -183,7 +183,7 @@ func checkMovement(c *Comm, k *checker, t kernels.DataType, count, root int, inP
 	}
 
 	// scatter: root's block p holds val(root, p*count+i)
-	send = fill(t, kernels.Sum, r, n*count)
+	send = fill(t, abi.Sum, r, n*count)
 	recv = make([]byte, count*es)
 	if inPlace && r == root {
 		recv = send[r*count*es : (r+1)*count*es]
@@ -199,7 +199,7 @@ func checkMovement(c *Comm, k *checker, t kernels.DataType, count, root int, inP
 
 	// grouped ring exchange: send to r+1, receive from r-1, plus self
 	var g Group
-	send = fill(t, kernels.Sum, r, count)
+	send = fill(t, abi.Sum, r, count)
 	recv = make([]byte, count*es)
 	self := make([]byte, count*es)
 	g.Add(c, nil, Op{Coll: wire.SendRecv, IsSend: true, Send: ptr(send), Count: count, Type: t, Peer: (r + 1) % n})
@@ -239,7 +239,7 @@ func TestCollectivesInProcess(t *testing.T) {
 	const chunk = 4096
 	types := allTypes
 	if testing.Short() { // the -race run: every code path, fewer repetitions
-		types = []kernels.DataType{kernels.Int8, kernels.Uint32, kernels.Float16, kernels.Float64}
+		types = []abi.DataType{abi.Int8, abi.Uint32, abi.Float16, abi.Float64}
 	}
 	ranks := algoRanks(testing.Short())
 	for _, algo := range algoNames {
@@ -252,7 +252,7 @@ func TestCollectivesInProcess(t *testing.T) {
 						return err
 					}
 					// chunk ± 1 and several chunks, in elements of float32 and bf16
-					return matrix(c, []kernels.DataType{kernels.Float32, kernels.Bfloat16, kernels.Int64},
+					return matrix(c, []abi.DataType{abi.Float32, abi.Bfloat16, abi.Int64},
 						[]int{chunk/4 - 1, chunk/4 + 1, 3*n*chunk/4 + 5})
 				})
 			})
@@ -278,12 +278,12 @@ func TestCollectivesSockets(t *testing.T) {
 				// Element sizes 1, 2, 4 and 8 on the small cliques; the large
 				// ones stripe the same frames over more peers (every dtype
 				// and op is TestCollectivesInProcess's).
-				types := []kernels.DataType{kernels.Int8, kernels.Float32, kernels.Float16, kernels.Uint64}
+				types := []abi.DataType{abi.Int8, abi.Float32, abi.Float16, abi.Uint64}
 				if n > 4 {
-					types = []kernels.DataType{kernels.Int8, kernels.Float32}
+					types = []abi.DataType{abi.Int8, abi.Float32}
 				}
 				if testing.Short() {
-					types = []kernels.DataType{kernels.Float16}
+					types = []abi.DataType{abi.Float16}
 				}
 				clique(t, n, func(c *Comm) error {
 					return matrix(c, types, []int{0, 1, 7, 300001 / 4, 1 << 17})
@@ -306,7 +306,7 @@ func TestCollectivesSocketsEncrypted(t *testing.T) {
 				return fmt.Errorf("rank %d: the link to rank %d is a %T, not an encrypted socket link", c.rank, p, l)
 			}
 		}
-		types := []kernels.DataType{kernels.Int8, kernels.Float32}
+		types := []abi.DataType{abi.Int8, abi.Float32}
 		if testing.Short() { // the -race run
 			types = types[1:]
 		}
@@ -331,7 +331,7 @@ func TestCollectivesShm(t *testing.T) {
 						return fmt.Errorf("rank %d: link via %s, want shm", c.Rank(), l.Name())
 					}
 				}
-				return matrix(c, []kernels.DataType{kernels.Int8, kernels.Float32, kernels.Bfloat16, kernels.Uint64},
+				return matrix(c, []abi.DataType{abi.Int8, abi.Float32, abi.Bfloat16, abi.Uint64},
 					[]int{0, 1, 7, 493, 495, 1 << 14})
 			})
 		})
@@ -347,13 +347,13 @@ func TestLargeAllReduce(t *testing.T) {
 			const count = 4 << 20 // float32: 16 MiB
 			clique(t, 4, func(c *Comm) error {
 				var k checker
-				send := fill(kernels.Float32, kernels.Sum, c.Rank(), count)
+				send := fill(abi.Float32, abi.Sum, c.Rank(), count)
 				recv := make([]byte, len(send))
-				if err := c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(send), Recv: ptr(recv), Count: count, Type: kernels.Float32}); err != nil {
+				if err := c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(send), Recv: ptr(recv), Count: count, Type: abi.Float32}); err != nil {
 					return err
 				}
 				for i := 0; i < count; i += 997 {
-					k.expect("allreduce 16MiB", kernels.Float32, recv, i, reference(kernels.Float32, kernels.Sum, 0, 4, i))
+					k.expect("allreduce 16MiB", abi.Float32, recv, i, reference(abi.Float32, abi.Sum, 0, 4, i))
 				}
 				return k.err()
 			})
@@ -368,8 +368,8 @@ func TestSmallChunksOverSocketsDoNotDeadlock(t *testing.T) {
 	setEnv(t, "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", "1", "GOCL_SOCKET_IFNAME", "lo", "GOCL_ALGO", "ring", "GOCL_BUFFSIZE", "8192", "GOCL_TIMEOUT", "20")
 	const count = 8 << 20 // 32 MiB of float32: 16 MiB segments in 8 KiB chunks, beyond any socket buffer
 	clique(t, 2, func(c *Comm) error {
-		send := fill(kernels.Float32, kernels.Sum, c.Rank(), count)
-		return c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(send), Recv: ptr(send), Count: count, Type: kernels.Float32})
+		send := fill(abi.Float32, abi.Sum, c.Rank(), count)
+		return c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(send), Recv: ptr(send), Count: count, Type: abi.Float32})
 	})
 }
 

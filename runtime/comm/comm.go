@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"gocl/abi"
 	"net"
 	"os"
 	"slices"
@@ -85,7 +86,7 @@ type Comm struct {
 
 	redMu   sync.Mutex
 	redops  map[int32]preMulSum
-	builtin [kernels.NumTypes][kernels.NumOps]atomic.Pointer[kernels.Reducer] // built on first use
+	builtin [abi.NumTypes][abi.NumOps]atomic.Pointer[kernels.Reducer] // built on first use
 	nextOp  int32
 
 	flight  *telemetry.Flight  // nil unless GOCL_TRACE_BUFFER or GOCL_TRACE_FILE is set

@@ -2,13 +2,13 @@ package comm
 
 import (
 	"errors"
+	"gocl/abi"
 	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"gocl/kernels"
 	"gocl/runtime/bootstrap"
 	"gocl/runtime/status"
 	"gocl/runtime/transport"
@@ -17,7 +17,7 @@ import (
 
 func allReduce(c *Comm, count int) error {
 	buf := make([]byte, 4*max(count, 1))
-	return c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(buf), Recv: ptr(buf), Count: count, Type: kernels.Float32})
+	return c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(buf), Recv: ptr(buf), Count: count, Type: abi.Float32})
 }
 
 // transports runs a test over inproc links, shared memory and sockets.
@@ -91,11 +91,11 @@ func TestMismatchedCallsFailOnEveryRank(t *testing.T) {
 				return allReduce(c, 100)
 			}
 			buf := make([]byte, 400)
-			return c.Run(nil, Op{Coll: wire.Broadcast, Send: ptr(buf), Recv: ptr(buf), Count: 100, Type: kernels.Float32})
+			return c.Run(nil, Op{Coll: wire.Broadcast, Send: ptr(buf), Recv: ptr(buf), Count: 100, Type: abi.Float32})
 		},
 		"dtype": func(c *Comm) error {
 			buf := make([]byte, 800)
-			return c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(buf), Recv: ptr(buf), Count: 100, Type: []kernels.DataType{kernels.Float32, kernels.Int32}[c.Rank()]})
+			return c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(buf), Recv: ptr(buf), Count: 100, Type: []abi.DataType{abi.Float32, abi.Int32}[c.Rank()]})
 		},
 	}
 	for name, call := range cases {
@@ -224,15 +224,15 @@ func TestBadArguments(t *testing.T) {
 		words []string
 	}{
 		{"dtype", Op{Coll: wire.AllReduce, Send: p, Recv: p, Count: 4, Type: 42}, status.InvalidArgument, []string{"datatype 42", "rank 0"}},
-		{"op", Op{Coll: wire.AllReduce, Send: p, Recv: p, Count: 4, Type: kernels.Float32, RedOp: 42}, status.InvalidArgument, []string{"op 42"}},
-		{"root", Op{Coll: wire.Broadcast, Send: p, Recv: p, Count: 4, Type: kernels.Float32, Root: 2}, status.InvalidArgument, []string{"root 2", "[0, 1]"}},
-		{"negative root", Op{Coll: wire.Reduce, Send: p, Recv: p, Count: 4, Type: kernels.Float32, Root: -1}, status.InvalidArgument, []string{"root -1"}},
-		{"peer", Op{Coll: wire.SendRecv, IsSend: true, Send: p, Count: 4, Type: kernels.Float32, Peer: 5}, status.InvalidArgument, []string{"peer 5"}},
-		{"null send", Op{Coll: wire.AllReduce, Recv: p, Count: 4, Type: kernels.Float32}, status.InvalidArgument, []string{"sendbuff is NULL"}},
-		{"null recv", Op{Coll: wire.AllGather, Send: p, Count: 4, Type: kernels.Float32}, status.InvalidArgument, []string{"recvbuff is NULL"}},
-		{"overflow", Op{Coll: wire.AllReduce, Send: p, Recv: p, Count: 1 << 62, Type: kernels.Float64}, status.InvalidArgument, []string{"overflows"}},
-		{"alltoall in place", Op{Coll: wire.AlltoAll, Send: p, Recv: p, Count: 4, Type: kernels.Float32}, status.InvalidArgument, []string{"in place"}},
-		{"premulsum of another type", Op{Coll: wire.AllReduce, Send: p, Recv: p, Count: 4, Type: kernels.Float64, RedOp: mustPreMul(t, c)}, status.InvalidArgument, []string{"created for float32"}},
+		{"op", Op{Coll: wire.AllReduce, Send: p, Recv: p, Count: 4, Type: abi.Float32, RedOp: 42}, status.InvalidArgument, []string{"op 42"}},
+		{"root", Op{Coll: wire.Broadcast, Send: p, Recv: p, Count: 4, Type: abi.Float32, Root: 2}, status.InvalidArgument, []string{"root 2", "[0, 1]"}},
+		{"negative root", Op{Coll: wire.Reduce, Send: p, Recv: p, Count: 4, Type: abi.Float32, Root: -1}, status.InvalidArgument, []string{"root -1"}},
+		{"peer", Op{Coll: wire.SendRecv, IsSend: true, Send: p, Count: 4, Type: abi.Float32, Peer: 5}, status.InvalidArgument, []string{"peer 5"}},
+		{"null send", Op{Coll: wire.AllReduce, Recv: p, Count: 4, Type: abi.Float32}, status.InvalidArgument, []string{"sendbuff is NULL"}},
+		{"null recv", Op{Coll: wire.AllGather, Send: p, Count: 4, Type: abi.Float32}, status.InvalidArgument, []string{"recvbuff is NULL"}},
+		{"overflow", Op{Coll: wire.AllReduce, Send: p, Recv: p, Count: 1 << 62, Type: abi.Float64}, status.InvalidArgument, []string{"overflows"}},
+		{"alltoall in place", Op{Coll: wire.AlltoAll, Send: p, Recv: p, Count: 4, Type: abi.Float32}, status.InvalidArgument, []string{"in place"}},
+		{"premulsum of another type", Op{Coll: wire.AllReduce, Send: p, Recv: p, Count: 4, Type: abi.Float64, RedOp: mustPreMul(t, c)}, status.InvalidArgument, []string{"created for float32"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -252,7 +252,7 @@ func TestBadArguments(t *testing.T) {
 }
 
 func mustPreMul(t *testing.T, c *Comm) int32 {
-	h, err := c.CreatePreMulSum(kernels.Float32, []byte{0, 0, 0, 64})
+	h, err := c.CreatePreMulSum(abi.Float32, []byte{0, 0, 0, 64})
 	if err != nil {
 		t.Fatal(err)
 	}

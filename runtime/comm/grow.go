@@ -1,9 +1,9 @@
 package comm
 
 import (
+	"gocl/abi"
 	"unsafe"
 
-	"gocl/kernels"
 	"gocl/runtime/bootstrap"
 	"gocl/runtime/config"
 	"gocl/runtime/status"
@@ -48,7 +48,7 @@ func (c *Comm) Grow(nranks int, id *bootstrap.ID, opts Options) (*Comm, error) {
 	}
 	// A zero id on rank 0 travels too, so every rank returns the same error.
 	if err := c.Run(nil, Op{Coll: wire.Broadcast, Send: unsafe.Pointer(&buf[0]), Recv: unsafe.Pointer(&buf[0]),
-		Count: bootstrap.IDBytes, Type: kernels.Uint8, Root: 0}); err != nil {
+		Count: bootstrap.IDBytes, Type: abi.Uint8, Root: 0}); err != nil {
 		return nil, err
 	}
 	if buf == (bootstrap.ID{}) {

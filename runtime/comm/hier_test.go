@@ -2,9 +2,9 @@ package comm
 
 import (
 	"fmt"
+	"gocl/abi"
 	"testing"
 
-	"gocl/kernels"
 	"gocl/runtime/tune"
 	"gocl/runtime/wire"
 )
@@ -27,12 +27,12 @@ func TestAllReduceHierFakeHosts(t *testing.T) {
 		name  string
 		n     int
 		host  func(r int) int
-		types []kernels.DataType
+		types []abi.DataType
 		short bool
 	}{
 		{"2x2", 4, func(r int) int { return r / 2 }, allTypes, true},
-		{"2x3 interleaved", 6, func(r int) int { return r % 2 }, []kernels.DataType{kernels.Int32, kernels.Float16, kernels.Float64}, false},
-		{"3x2", 6, func(r int) int { return r / 2 }, []kernels.DataType{kernels.Uint8, kernels.Bfloat16, kernels.Float32}, false},
+		{"2x3 interleaved", 6, func(r int) int { return r % 2 }, []abi.DataType{abi.Int32, abi.Float16, abi.Float64}, false},
+		{"3x2", 6, func(r int) int { return r / 2 }, []abi.DataType{abi.Uint8, abi.Bfloat16, abi.Float32}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			types := tc.types
@@ -40,7 +40,7 @@ func TestAllReduceHierFakeHosts(t *testing.T) {
 				if !tc.short {
 					t.Skip("-short: 2x2 only")
 				}
-				types = []kernels.DataType{kernels.Int8, kernels.Float16, kernels.Float64}
+				types = []abi.DataType{abi.Int8, abi.Float16, abi.Float64}
 			}
 			onFakeHosts(t, tc.host)
 			setEnv(t, "GOCL_ALGO", "allreduce:hier", "GOCL_BUFFSIZE", fmt.Sprint(chunk), "GOCL_SOCKET_IFNAME", "lo")
@@ -114,12 +114,12 @@ func TestHierChoice(t *testing.T) {
 				// and the call itself runs right with what was picked
 				const count = 1 << 20
 				var k checker
-				send := fill(kernels.Float32, kernels.Sum, c.Rank(), count)
-				if err := c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(send), Recv: ptr(send), Count: count, Type: kernels.Float32}); err != nil {
+				send := fill(abi.Float32, abi.Sum, c.Rank(), count)
+				if err := c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(send), Recv: ptr(send), Count: count, Type: abi.Float32}); err != nil {
 					return err
 				}
 				for i := 0; i < count; i += 101 {
-					k.expect("allreduce 4 MiB", kernels.Float32, send, i, reference(kernels.Float32, kernels.Sum, 0, tc.n, i))
+					k.expect("allreduce 4 MiB", abi.Float32, send, i, reference(abi.Float32, abi.Sum, 0, tc.n, i))
 				}
 				return k.err()
 			})

@@ -2,12 +2,12 @@ package comm
 
 import (
 	"fmt"
+	"gocl/abi"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
-	"gocl/kernels"
 	"gocl/runtime/tune"
 	"gocl/runtime/wire"
 )
@@ -48,7 +48,7 @@ func TestRuntimeConnectDeclaresPeers(t *testing.T) {
 					if got, want := connected(c), initPeers(c); len(got) > len(want) {
 						return fmt.Errorf("links to %v after init: only %v expected before a call", got, want)
 					}
-					return matrix(c, []kernels.DataType{kernels.Int32, kernels.Float16}, []int{0, 1, 7, 5000})
+					return matrix(c, []abi.DataType{abi.Int32, abi.Float16}, []int{0, 1, 7, 5000})
 				})
 			})
 		}
@@ -69,7 +69,7 @@ func TestRuntimeConnectHoldsOnlyWhatItUses(t *testing.T) {
 			clique(t, n, func(c *Comm) error {
 				buf := make([]byte, 4*1000)
 				for i := 0; i < 3; i++ {
-					if err := c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(buf), Recv: ptr(buf), Count: 1000, Type: kernels.Float32, RedOp: int32(kernels.Sum)}); err != nil {
+					if err := c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(buf), Recv: ptr(buf), Count: 1000, Type: abi.Float32, RedOp: int32(abi.Sum)}); err != nil {
 						return err
 					}
 				}
@@ -89,8 +89,8 @@ func TestRuntimeConnectHoldsOnlyWhatItUses(t *testing.T) {
 				far := (c.Rank() + n/2) % n
 				sb, rb := make([]byte, 8), make([]byte, 8)
 				var g Group
-				g.Add(c, nil, Op{Coll: wire.SendRecv, IsSend: true, Peer: far, Send: ptr(sb), Count: 2, Type: kernels.Int32})
-				g.Add(c, nil, Op{Coll: wire.SendRecv, Peer: far, Recv: ptr(rb), Count: 2, Type: kernels.Int32})
+				g.Add(c, nil, Op{Coll: wire.SendRecv, IsSend: true, Peer: far, Send: ptr(sb), Count: 2, Type: abi.Int32})
+				g.Add(c, nil, Op{Coll: wire.SendRecv, Peer: far, Recv: ptr(rb), Count: 2, Type: abi.Int32})
 				if err := g.Run(); err != nil {
 					return err
 				}
@@ -143,7 +143,7 @@ func TestRuntimeConnectPeerGone(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			buf := make([]byte, 16)
-			errs[i] = comms[i].Run(nil, Op{Coll: wire.SendRecv, IsSend: true, Peer: 3, Send: ptr(buf), Count: 4, Type: kernels.Float32})
+			errs[i] = comms[i].Run(nil, Op{Coll: wire.SendRecv, IsSend: true, Peer: 3, Send: ptr(buf), Count: 4, Type: abi.Float32})
 		}()
 	}
 	wg.Wait()
@@ -178,10 +178,10 @@ func TestRuntimeConnectBufferedSends(t *testing.T) {
 				for i := range sb {
 					sb[i] = byte(r)
 				}
-				if err := c.Run(nil, Op{Coll: wire.SendRecv, IsSend: true, Peer: (r + 3) % n, Send: ptr(sb), Count: 16, Type: kernels.Float32}); err != nil {
+				if err := c.Run(nil, Op{Coll: wire.SendRecv, IsSend: true, Peer: (r + 3) % n, Send: ptr(sb), Count: 16, Type: abi.Float32}); err != nil {
 					return err
 				}
-				if err := c.Run(nil, Op{Coll: wire.SendRecv, Peer: (r + n - 3) % n, Recv: ptr(rb), Count: 16, Type: kernels.Float32}); err != nil {
+				if err := c.Run(nil, Op{Coll: wire.SendRecv, Peer: (r + n - 3) % n, Recv: ptr(rb), Count: 16, Type: abi.Float32}); err != nil {
 					return err
 				}
 				if want := byte((r + n - 3) % n); rb[0] != want || rb[63] != want {

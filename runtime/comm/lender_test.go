@@ -2,12 +2,12 @@ package comm
 
 import (
 	"fmt"
+	"gocl/abi"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"gocl/kernels"
 	"gocl/runtime/transport"
 	"gocl/runtime/wire"
 )
@@ -180,7 +180,7 @@ func TestCollectivesLentSlots(t *testing.T) {
 							slots = append(slots, s)
 						}
 					}
-					err := matrix(c, []kernels.DataType{kernels.Int8, kernels.Float32, kernels.Bfloat16},
+					err := matrix(c, []abi.DataType{abi.Int8, abi.Float32, abi.Bfloat16},
 						[]int{1, 7, 1023, chunk/4 + 1, 3*n*chunk/4 + 5})
 					var lent int64
 					for _, s := range slots {

@@ -3,12 +3,12 @@ package comm
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"gocl/abi"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"gocl/kernels"
 	"gocl/runtime/transport"
 	"gocl/runtime/tune"
 	"gocl/runtime/version"
@@ -33,7 +33,7 @@ const (
 	liveMaxB = 1<<32 - 1
 )
 
-func (l *liveCall) set(coll wire.Coll, dtype kernels.DataType, ch tune.Choice, flags, peer int, bytes int) {
+func (l *liveCall) set(coll wire.Coll, dtype abi.DataType, ch tune.Choice, flags, peer int, bytes int) {
 	p := uint64(0)
 	if peer >= 0 && peer < 0xffff {
 		p = uint64(peer + 1)
@@ -59,7 +59,7 @@ func (l *liveCall) view(seq uint64) *CallView {
 	if w == 0 {
 		return nil
 	}
-	v := &CallView{Seq: seq, Bytes: w & liveMaxB, Dtype: kernels.DataType(w >> 56 & 0xf).String()}
+	v := &CallView{Seq: seq, Bytes: w & liveMaxB, Dtype: abi.DataType(w >> 56 & 0xf).String()}
 	coll, flags, peer := wire.Coll(w>>60), int(w>>48&3), int(w>>32&0xffff)-1
 	switch {
 	case flags&liveP2P != 0 && flags&liveSend != 0:

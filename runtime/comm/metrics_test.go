@@ -2,6 +2,7 @@ package comm
 
 import (
 	"fmt"
+	"gocl/abi"
 	"math"
 	"os"
 	"path/filepath"
@@ -10,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"gocl/kernels"
 	"gocl/runtime/wire"
 )
 
@@ -58,13 +58,13 @@ func TestMetricsFile(t *testing.T) {
 				}
 			}
 			send, recv := make([]byte, 64), make([]byte, 256)
-			if err := c.Run(nil, Op{Coll: wire.AllGather, Send: ptr(send), Recv: ptr(recv), Count: 16, Type: kernels.Float32}); err != nil {
+			if err := c.Run(nil, Op{Coll: wire.AllGather, Send: ptr(send), Recv: ptr(recv), Count: 16, Type: abi.Float32}); err != nil {
 				errs[r] = err
 				return
 			}
 			var g Group
-			g.Add(c, nil, Op{Coll: wire.SendRecv, IsSend: true, Send: ptr(send), Count: 16, Type: kernels.Float32, Peer: 1 - r})
-			g.Add(c, nil, Op{Coll: wire.SendRecv, Recv: ptr(recv), Count: 16, Type: kernels.Float32, Peer: 1 - r})
+			g.Add(c, nil, Op{Coll: wire.SendRecv, IsSend: true, Send: ptr(send), Count: 16, Type: abi.Float32, Peer: 1 - r})
+			g.Add(c, nil, Op{Coll: wire.SendRecv, Recv: ptr(recv), Count: 16, Type: abi.Float32, Peer: 1 - r})
 			errs[r] = g.Run()
 		}()
 	}

@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"gocl/abi"
 	"os"
 	"os/exec"
 	"runtime"
@@ -10,7 +11,6 @@ import (
 	"testing"
 	"unsafe"
 
-	"gocl/kernels"
 	"gocl/runtime/algo"
 	"gocl/runtime/status"
 	"gocl/runtime/wire"
@@ -38,7 +38,7 @@ func guarded(t *testing.T, n int) unsafe.Pointer {
 func TestCountLargerThanBuffers(t *testing.T) {
 	if coll := os.Getenv("GOCL_TEST_OVERCOUNT"); coll != "" {
 		clique(t, 2, func(c *Comm) error {
-			op := Op{Send: guarded(t, 16), Recv: guarded(t, 16), Count: 1 << 40, Type: kernels.Float32}
+			op := Op{Send: guarded(t, 16), Recv: guarded(t, 16), Count: 1 << 40, Type: abi.Float32}
 			switch coll {
 			case "allreduce":
 				op.Coll = wire.AllReduce
@@ -82,12 +82,12 @@ func TestConcurrentCallsOnOneComm(t *testing.T) {
 	a, b := make([]byte, 4), make([]byte, 4)
 	first := make(chan error, 1)
 	go func() {
-		first <- comms[0].Run(nil, Op{Coll: wire.AllReduce, Send: ptr(a), Recv: ptr(a), Count: 1, Type: kernels.Float32})
+		first <- comms[0].Run(nil, Op{Coll: wire.AllReduce, Send: ptr(a), Recv: ptr(a), Count: 1, Type: abi.Float32})
 	}()
 	for !comms[0].calling.Load() {
 		runtimeGosched()
 	}
-	err := comms[0].Run(nil, Op{Coll: wire.AllReduce, Send: ptr(b), Recv: ptr(b), Count: 1, Type: kernels.Float32})
+	err := comms[0].Run(nil, Op{Coll: wire.AllReduce, Send: ptr(b), Recv: ptr(b), Count: 1, Type: abi.Float32})
 	if err == nil || status.CodeOf(err) != status.InvalidUsage || !strings.Contains(err.Error(), "one call at a time per communicator") ||
 		!strings.Contains(err.Error(), "on rank 0") || !strings.Contains(err.Error(), "goclGroupStart") {
 		t.Fatalf("a second concurrent call on rank 0: want InvalidUsage naming the rule and the rank, got %v", err)
@@ -95,19 +95,19 @@ func TestConcurrentCallsOnOneComm(t *testing.T) {
 	t.Log(err)
 	// The same through a group and a receive from any rank.
 	var g Group
-	if err := g.Add(comms[0], nil, Op{Coll: wire.Broadcast, Send: ptr(b), Recv: ptr(b), Count: 1, Type: kernels.Float32}); err != nil {
+	if err := g.Add(comms[0], nil, Op{Coll: wire.Broadcast, Send: ptr(b), Recv: ptr(b), Count: 1, Type: abi.Float32}); err != nil {
 		t.Fatal(err)
 	}
 	if err := g.Run(); err == nil || !strings.Contains(err.Error(), "one call at a time per communicator") {
 		t.Fatalf("a concurrent group on rank 0: want the rule, got %v", err)
 	}
-	if _, err := comms[0].RecvAny(ptr(b), 1, kernels.Float32); err == nil || !strings.Contains(err.Error(), "one call at a time per communicator") {
+	if _, err := comms[0].RecvAny(ptr(b), 1, abi.Float32); err == nil || !strings.Contains(err.Error(), "one call at a time per communicator") {
 		t.Fatalf("a concurrent recv from any rank on rank 0: want the rule, got %v", err)
 	}
 	// Rank 1 joins; the first call completes, and the comm is still usable:
 	// sequential calls from different goroutines work.
 	c := make([]byte, 4) // rank 1's own buffer: inproc ranks share the address space
-	if err := comms[1].Run(nil, Op{Coll: wire.AllReduce, Send: ptr(c), Recv: ptr(c), Count: 1, Type: kernels.Float32}); err != nil {
+	if err := comms[1].Run(nil, Op{Coll: wire.AllReduce, Send: ptr(c), Recv: ptr(c), Count: 1, Type: abi.Float32}); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-first; err != nil {
@@ -121,7 +121,7 @@ func TestConcurrentCallsOnOneComm(t *testing.T) {
 			go func() { // a new goroutine (thread) per call
 				defer wg.Done()
 				x := make([]byte, 4)
-				errs[r] = comms[r].Run(nil, Op{Coll: wire.AllReduce, Send: ptr(x), Recv: ptr(x), Count: 1, Type: kernels.Float32})
+				errs[r] = comms[r].Run(nil, Op{Coll: wire.AllReduce, Send: ptr(x), Recv: ptr(x), Count: 1, Type: abi.Float32})
 			}()
 		}
 		wg.Wait()

@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"gocl/abi"
 	"math"
 	"math/bits"
 	"unsafe"
@@ -16,8 +17,8 @@ type Op struct {
 	Coll       wire.Coll
 	Send, Recv unsafe.Pointer
 	Count      int
-	Type       kernels.DataType
-	RedOp      int32 // a kernels.RedOp, or a handle from CreatePreMulSum
+	Type       abi.DataType
+	RedOp      int32 // a abi.RedOp, or a handle from CreatePreMulSum
 	Root       int   // rooted collectives: the root
 	Peer       int   // send/recv: the other rank
 	IsSend     bool  // send/recv: which side

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"gocl/abi"
 	"os"
 	"os/exec"
 	"strconv"
@@ -13,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"gocl/kernels"
 	"gocl/runtime/bootstrap"
 	"gocl/runtime/status"
 	"gocl/runtime/transport"
@@ -358,15 +358,15 @@ func TestChildRank(t *testing.T) {
 	case "large":
 		const count = 5<<20 + 3 // float32: 20 MiB, frames of ~7 MiB
 		var k checker
-		send := fill(kernels.Float32, kernels.Sum, rank, count)
+		send := fill(abi.Float32, abi.Sum, rank, count)
 		recv := make([]byte, len(send))
-		if err := c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(send), Recv: ptr(recv), Count: count, Type: kernels.Float32}); err != nil {
+		if err := c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(send), Recv: ptr(recv), Count: count, Type: abi.Float32}); err != nil {
 			t.Fatalf("rank %d: %v", rank, err)
 		}
 		for i := 0; i < count; i += 997 {
-			k.expect("allreduce 20MiB", kernels.Float32, recv, i, reference(kernels.Float32, kernels.Sum, 0, n, i))
+			k.expect("allreduce 20MiB", abi.Float32, recv, i, reference(abi.Float32, abi.Sum, 0, n, i))
 		}
-		k.expect("allreduce 20MiB", kernels.Float32, recv, count-1, reference(kernels.Float32, kernels.Sum, 0, n, count-1))
+		k.expect("allreduce 20MiB", abi.Float32, recv, count-1, reference(abi.Float32, abi.Sum, 0, n, count-1))
 		if err := k.err(); err != nil {
 			t.Fatalf("rank %d: %v", rank, err)
 		}
@@ -375,7 +375,7 @@ func TestChildRank(t *testing.T) {
 		const count = 16 << 20 // float32: 64 MiB
 		buf := make([]byte, 4*count)
 		for i := 0; ; i++ {
-			err := c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(buf), Recv: ptr(buf), Count: count, Type: kernels.Float32})
+			err := c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(buf), Recv: ptr(buf), Count: count, Type: abi.Float32})
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "rank %d, call %d: %v\n", rank, i, err)
 				if status.CodeOf(err) != status.RemoteError || !strings.Contains(err.Error(), "rank 1") {
@@ -393,7 +393,7 @@ func TestChildRank(t *testing.T) {
 		heartbeat := os.Getenv("GOCL_TEST_HEARTBEAT")
 		buf := make([]byte, 4*4096)
 		for i := 0; ; i++ {
-			err := c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(buf), Recv: ptr(buf), Count: 4096, Type: kernels.Float32})
+			err := c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(buf), Recv: ptr(buf), Count: 4096, Type: abi.Float32})
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "rank %d, call %d: %v\n", rank, i, err)
 				var te *transport.Error

@@ -1,10 +1,10 @@
 package comm
 
 import (
+	"gocl/abi"
 	"time"
 	"unsafe"
 
-	"gocl/kernels"
 	"gocl/runtime/host"
 	"gocl/runtime/status"
 	"gocl/runtime/transport"
@@ -19,7 +19,7 @@ import (
 // pair's next sequence number, so per-pair order and the header checks are
 // those of a plain receive. It runs like a call on the NULL stream (after the
 // communicator's queued work) and is bounded by the operation timeout.
-func (c *Comm) RecvAny(buf unsafe.Pointer, count int, typ kernels.DataType) (peer int, err error) {
+func (c *Comm) RecvAny(buf unsafe.Pointer, count int, typ abi.DataType) (peer int, err error) {
 	if c.nranks < 2 {
 		return -1, status.Errorf(status.InvalidUsage,
 			"recv from any source on rank %d: the communicator has no other rank to receive from", c.rank)

@@ -3,10 +3,10 @@ package comm
 import (
 	"encoding/binary"
 	"fmt"
+	"gocl/abi"
 	"strings"
 	"testing"
 
-	"gocl/kernels"
 	"gocl/runtime/status"
 )
 
@@ -22,7 +22,7 @@ func recvAnyBody(per int) func(c *Comm) error {
 				b := make([]byte, count*4)
 				binary.LittleEndian.PutUint32(b, uint32(c.Rank()))
 				binary.LittleEndian.PutUint32(b[4:], uint32(k))
-				if err := c.Run(nil, Op{Coll: 9, Send: ptr(b), Count: count, Type: kernels.Int32, Peer: 0, IsSend: true}); err != nil {
+				if err := c.Run(nil, Op{Coll: 9, Send: ptr(b), Count: count, Type: abi.Int32, Peer: 0, IsSend: true}); err != nil {
 					return err
 				}
 			}
@@ -30,7 +30,7 @@ func recvAnyBody(per int) func(c *Comm) error {
 			next := make([]int, n)
 			for range (n - 1) * per {
 				b := make([]byte, count*4)
-				peer, err := c.RecvAny(ptr(b), count, kernels.Int32)
+				peer, err := c.RecvAny(ptr(b), count, abi.Int32)
 				if err != nil {
 					return err
 				}
@@ -43,7 +43,7 @@ func recvAnyBody(per int) func(c *Comm) error {
 		}
 		b := make([]byte, 4)
 		binary.LittleEndian.PutUint32(b, 1)
-		if err := c.Run(nil, Op{Coll: 1, Send: ptr(b), Recv: ptr(b), Count: 1, Type: kernels.Int32, RedOp: int32(kernels.Sum)}); err != nil {
+		if err := c.Run(nil, Op{Coll: 1, Send: ptr(b), Recv: ptr(b), Count: 1, Type: abi.Int32, RedOp: int32(abi.Sum)}); err != nil {
 			return err
 		}
 		if got := int(binary.LittleEndian.Uint32(b)); got != n {
@@ -79,7 +79,7 @@ func TestRecvAnyTimesOut(t *testing.T) {
 			if c.Rank() != 0 {
 				return nil
 			}
-			_, err := c.RecvAny(ptr(make([]byte, 4)), 1, kernels.Int32)
+			_, err := c.RecvAny(ptr(make([]byte, 4)), 1, abi.Int32)
 			if status.CodeOf(err) != status.Timeout || !strings.Contains(err.Error(), "timed out") {
 				return fmt.Errorf("RecvAny with no sender: %v, want a timeout saying \"timed out\"", err)
 			}
@@ -92,10 +92,10 @@ func TestRecvAnyChecksTheFrame(t *testing.T) {
 	configReset(t)
 	clique(t, 2, func(c *Comm) error {
 		if c.Rank() == 1 {
-			c.Run(nil, Op{Coll: 9, Send: ptr(make([]byte, 16)), Count: 4, Type: kernels.Int32, Peer: 0, IsSend: true})
+			c.Run(nil, Op{Coll: 9, Send: ptr(make([]byte, 16)), Count: 4, Type: abi.Int32, Peer: 0, IsSend: true})
 			return nil
 		}
-		_, err := c.RecvAny(ptr(make([]byte, 12)), 3, kernels.Int32)
+		_, err := c.RecvAny(ptr(make([]byte, 12)), 3, abi.Int32)
 		if status.CodeOf(err) != status.RemoteError {
 			return fmt.Errorf("RecvAny of 3 elements from a send of 4: %v, want a mismatch error", err)
 		}
@@ -106,7 +106,7 @@ func TestRecvAnyChecksTheFrame(t *testing.T) {
 func TestRecvAnyNeedsAPeer(t *testing.T) {
 	configReset(t)
 	clique(t, 1, func(c *Comm) error {
-		_, err := c.RecvAny(ptr(make([]byte, 4)), 1, kernels.Int32)
+		_, err := c.RecvAny(ptr(make([]byte, 4)), 1, abi.Int32)
 		if status.CodeOf(err) != status.InvalidUsage {
 			return fmt.Errorf("RecvAny on one rank: %v, want InvalidUsage", err)
 		}

@@ -2,23 +2,24 @@ package comm
 
 import (
 	"fmt"
+	"gocl/abi"
 	"gocl/kernels"
 	"gocl/runtime/status"
 )
 
 // preMulSum is a custom op made by CreatePreMulSum.
 type preMulSum struct {
-	dtype  kernels.DataType
+	dtype  abi.DataType
 	scalar []byte
 }
 
 // CreatePreMulSum registers an op that scales inputs by scalar (one element
 // of dtype) before summing; the handle is valid on this comm only.
-func (c *Comm) CreatePreMulSum(dtype kernels.DataType, scalar []byte) (int32, error) {
+func (c *Comm) CreatePreMulSum(dtype abi.DataType, scalar []byte) (int32, error) {
 	if !dtype.Valid() {
 		return 0, status.Errorf(status.InvalidArgument, "premulsum on rank %d: datatype %d is not a gocl datatype", c.rank, int(dtype))
 	}
-	if _, err := kernels.NewReducer(dtype, kernels.PreMulSum, c.nranks, scalar); err != nil {
+	if _, err := kernels.NewReducer(dtype, abi.PreMulSum, c.nranks, scalar); err != nil {
 		return 0, status.Errorf(status.InvalidArgument, "premulsum on rank %d: %v", c.rank, err)
 	}
 	c.redMu.Lock()
@@ -41,10 +42,10 @@ func (c *Comm) DestroyRedOp(h int32) error {
 }
 
 // reducer builds the reducer for a builtin op or a custom op handle.
-func (c *Comm) reducer(t kernels.DataType, h int32) (*kernels.Reducer, error) {
-	if h >= 0 && h < int32(kernels.NumOps) {
-		if t < 0 || t >= kernels.NumTypes {
-			return kernels.NewReducer(t, kernels.RedOp(h), c.nranks, nil) // its error names the type
+func (c *Comm) reducer(t abi.DataType, h int32) (*kernels.Reducer, error) {
+	if h >= 0 && h < int32(abi.NumOps) {
+		if t < 0 || t >= abi.NumTypes {
+			return kernels.NewReducer(t, abi.RedOp(h), c.nranks, nil) // its error names the type
 		}
 		// Reducers are immutable: a builtin one is built once per comm, not
 		// per call (the small-message call path counts every allocation).
@@ -52,7 +53,7 @@ func (c *Comm) reducer(t kernels.DataType, h int32) (*kernels.Reducer, error) {
 		if r := slot.Load(); r != nil {
 			return r, nil
 		}
-		r, err := kernels.NewReducer(t, kernels.RedOp(h), c.nranks, nil)
+		r, err := kernels.NewReducer(t, abi.RedOp(h), c.nranks, nil)
 		if err == nil {
 			slot.Store(r)
 		}
@@ -67,5 +68,5 @@ func (c *Comm) reducer(t kernels.DataType, h int32) (*kernels.Reducer, error) {
 	if p.dtype != t {
 		return nil, fmt.Errorf("op %d was created for %s but the call uses %s: create the premulsum op with the call's datatype", h, p.dtype, t)
 	}
-	return kernels.NewReducer(t, kernels.PreMulSum, c.nranks, p.scalar)
+	return kernels.NewReducer(t, abi.PreMulSum, c.nranks, p.scalar)
 }

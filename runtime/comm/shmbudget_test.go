@@ -2,9 +2,9 @@ package comm
 
 import (
 	"fmt"
+	"gocl/abi"
 	"testing"
 
-	"gocl/kernels"
 	"gocl/runtime/transport/shm"
 )
 
@@ -21,7 +21,7 @@ func TestShmBudgetCapsSegments(t *testing.T) {
 			const n = 4
 			names := make([][]string, n)
 			clique(t, n, func(c *Comm) error {
-				if err := matrix(c, []kernels.DataType{kernels.Float32}, []int{1, 7, 5000}); err != nil {
+				if err := matrix(c, []abi.DataType{abi.Float32}, []int{1, 7, 5000}); err != nil {
 					return err
 				}
 				if h := shm.Held() - before; h > budgetMiB<<20 {

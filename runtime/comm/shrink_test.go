@@ -2,13 +2,13 @@ package comm
 
 import (
 	"encoding/binary"
+	"gocl/abi"
 	"math"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"gocl/kernels"
 	"gocl/runtime/bootstrap"
 	"gocl/runtime/status"
 	"gocl/runtime/wire"
@@ -21,7 +21,7 @@ func sumOfRanks(c *Comm, globalRank int, globals []int) error {
 	for i := 0; i < 7; i++ {
 		binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(float32(globalRank)))
 	}
-	if err := c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(buf), Recv: ptr(buf), Count: 7, Type: kernels.Float32}); err != nil {
+	if err := c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(buf), Recv: ptr(buf), Count: 7, Type: abi.Float32}); err != nil {
 		return err
 	}
 	want := 0

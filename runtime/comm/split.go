@@ -2,10 +2,10 @@ package comm
 
 import (
 	"encoding/binary"
+	"gocl/abi"
 	"sort"
 	"unsafe"
 
-	"gocl/kernels"
 	"gocl/runtime/bootstrap"
 	"gocl/runtime/status"
 	"gocl/runtime/wire"
@@ -28,7 +28,7 @@ func (c *Comm) Split(color, key int, opts Options) (*Comm, error) {
 	binary.LittleEndian.PutUint32(mine[0:], uint32(int32(color)))
 	binary.LittleEndian.PutUint32(mine[4:], uint32(int32(key)))
 	all := make([]byte, 8*c.nranks)
-	if err := c.allGather(mine, all, 2, kernels.Int32); err != nil {
+	if err := c.allGather(mine, all, 2, abi.Int32); err != nil {
 		return nil, err
 	}
 	colorOf := func(r int) int { return int(int32(binary.LittleEndian.Uint32(all[8*r:]))) }
@@ -57,7 +57,7 @@ func (c *Comm) Split(color, key int, opts Options) (*Comm, error) {
 		id, idErr = c.newUniqueID(c.timeout)
 	}
 	ids := make([]byte, bootstrap.IDBytes*c.nranks)
-	if err := c.allGather(id[:], ids, bootstrap.IDBytes, kernels.Uint8); err != nil {
+	if err := c.allGather(id[:], ids, bootstrap.IDBytes, abi.Uint8); err != nil {
 		return nil, err
 	}
 	if idErr != nil {
@@ -88,10 +88,10 @@ func (c *Comm) Split(color, key int, opts Options) (*Comm, error) {
 // allReduceMax is an internal all-reduce (max) of Go memory, in place.
 func (c *Comm) allReduceMax(v []uint64) error {
 	p := unsafe.Pointer(&v[0])
-	return c.Run(nil, Op{Coll: wire.AllReduce, Send: p, Recv: p, Count: len(v), Type: kernels.Uint64, RedOp: int32(kernels.Max)})
+	return c.Run(nil, Op{Coll: wire.AllReduce, Send: p, Recv: p, Count: len(v), Type: abi.Uint64, RedOp: int32(abi.Max)})
 }
 
 // allGather is an internal allgather of Go memory.
-func (c *Comm) allGather(send, recv []byte, count int, t kernels.DataType) error {
+func (c *Comm) allGather(send, recv []byte, count int, t abi.DataType) error {
 	return c.Run(nil, Op{Coll: wire.AllGather, Send: unsafe.Pointer(&send[0]), Recv: unsafe.Pointer(&recv[0]), Count: count, Type: t})
 }

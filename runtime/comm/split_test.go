@@ -2,9 +2,9 @@ package comm
 
 import (
 	"fmt"
+	"gocl/abi"
 	"testing"
 
-	"gocl/kernels"
 	"gocl/runtime/stream"
 	"gocl/runtime/wire"
 )
@@ -36,15 +36,15 @@ func TestSplit(t *testing.T) {
 				}
 				// An allreduce of the parent ranks inside the new communicator.
 				buf := make([]byte, 8)
-				encode(kernels.Int64, buf, float64(c.Rank()))
-				if err := sub.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(buf), Recv: ptr(buf), Count: 1, Type: kernels.Int64}); err != nil {
+				encode(abi.Int64, buf, float64(c.Rank()))
+				if err := sub.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(buf), Recv: ptr(buf), Count: 1, Type: abi.Int64}); err != nil {
 					return err
 				}
 				want := 0
 				for _, m := range members {
 					want += m
 				}
-				if got := decode(kernels.Int64, buf); got != float64(want) {
+				if got := decode(abi.Int64, buf); got != float64(want) {
 					return fmt.Errorf("sum in split = %v, want %d", got, want)
 				}
 				return nil
@@ -76,11 +76,11 @@ func TestStreams(t *testing.T) {
 			bufs := make([][]byte, 8)
 			var ev stream.Event
 			for i := range bufs {
-				bufs[i] = fill(kernels.Float32, kernels.Sum, r, count)
+				bufs[i] = fill(abi.Float32, abi.Sum, r, count)
 			}
 			queue := func(c *Comm, s *stream.Stream, from int) {
 				for i := from; i < from+4; i++ {
-					if err := c.Run(s, Op{Coll: wire.AllReduce, Send: ptr(bufs[i]), Recv: ptr(bufs[i]), Count: count, Type: kernels.Float32}); err != nil {
+					if err := c.Run(s, Op{Coll: wire.AllReduce, Send: ptr(bufs[i]), Recv: ptr(bufs[i]), Count: count, Type: abi.Float32}); err != nil {
 						errs <- err
 					}
 				}
@@ -106,7 +106,7 @@ func TestStreams(t *testing.T) {
 			var k checker
 			for i := range bufs {
 				for j := 0; j < count; j += 37 {
-					k.expect(fmt.Sprint("buffer ", i), kernels.Float32, bufs[i], j, reference(kernels.Float32, kernels.Sum, 0, 2, j))
+					k.expect(fmt.Sprint("buffer ", i), abi.Float32, bufs[i], j, reference(abi.Float32, abi.Sum, 0, 2, j))
 				}
 			}
 			errs <- k.err()

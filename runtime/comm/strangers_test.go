@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"gocl/abi"
 	"io"
 	"math"
 	"net"
@@ -15,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"gocl/kernels"
 	"gocl/runtime/wire"
 )
 
@@ -174,7 +174,7 @@ func TestStrangersOnEveryPort(t *testing.T) {
 					for i := 0; i < count; i++ {
 						binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(r+i)))
 					}
-					errs[r] = c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(b), Recv: ptr(b), Count: count, Type: kernels.Float32})
+					errs[r] = c.Run(nil, Op{Coll: wire.AllReduce, Send: ptr(b), Recv: ptr(b), Count: count, Type: abi.Float32})
 					for i := 0; i < count && errs[r] == nil; i++ {
 						if v, want := math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])), float32(n*i+n*(n-1)/2); v != want {
 							errs[r] = fmt.Errorf("element %d is %v, want %v", i, v, want)

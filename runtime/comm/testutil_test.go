@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"gocl/abi"
 	"math"
 	"os"
 	"strings"
@@ -64,54 +65,54 @@ func ptr(b []byte) unsafe.Pointer {
 // Typed values for references: inputs are small integers, so sums are exact
 // in every type and only avg rounds.
 
-func encode(t kernels.DataType, b []byte, v float64) {
+func encode(t abi.DataType, b []byte, v float64) {
 	switch t {
-	case kernels.Int8:
+	case abi.Int8:
 		b[0] = byte(int8(int64(v)))
-	case kernels.Uint8:
+	case abi.Uint8:
 		b[0] = byte(uint8(int64(v)))
-	case kernels.Int32, kernels.Uint32:
+	case abi.Int32, abi.Uint32:
 		binary.LittleEndian.PutUint32(b, uint32(int64(v)))
-	case kernels.Int64, kernels.Uint64:
+	case abi.Int64, abi.Uint64:
 		binary.LittleEndian.PutUint64(b, uint64(int64(v)))
-	case kernels.Float16:
+	case abi.Float16:
 		binary.LittleEndian.PutUint16(b, kernels.F32ToF16(float32(v)))
-	case kernels.Bfloat16:
+	case abi.Bfloat16:
 		binary.LittleEndian.PutUint16(b, kernels.F32ToBF16(float32(v)))
-	case kernels.Float32:
+	case abi.Float32:
 		binary.LittleEndian.PutUint32(b, math.Float32bits(float32(v)))
-	case kernels.Float64:
+	case abi.Float64:
 		binary.LittleEndian.PutUint64(b, math.Float64bits(v))
 	}
 }
 
-func decode(t kernels.DataType, b []byte) float64 {
+func decode(t abi.DataType, b []byte) float64 {
 	switch t {
-	case kernels.Int8:
+	case abi.Int8:
 		return float64(int8(b[0]))
-	case kernels.Uint8:
+	case abi.Uint8:
 		return float64(b[0])
-	case kernels.Int32:
+	case abi.Int32:
 		return float64(int32(binary.LittleEndian.Uint32(b)))
-	case kernels.Uint32:
+	case abi.Uint32:
 		return float64(binary.LittleEndian.Uint32(b))
-	case kernels.Int64:
+	case abi.Int64:
 		return float64(int64(binary.LittleEndian.Uint64(b)))
-	case kernels.Uint64:
+	case abi.Uint64:
 		return float64(binary.LittleEndian.Uint64(b))
-	case kernels.Float16:
+	case abi.Float16:
 		return float64(kernels.F16ToF32(binary.LittleEndian.Uint16(b)))
-	case kernels.Bfloat16:
+	case abi.Bfloat16:
 		return float64(kernels.BF16ToF32(binary.LittleEndian.Uint16(b)))
-	case kernels.Float32:
+	case abi.Float32:
 		return float64(math.Float32frombits(binary.LittleEndian.Uint32(b)))
 	}
 	return math.Float64frombits(binary.LittleEndian.Uint64(b))
 }
 
 // input is rank r's element i for a call with op.
-func input(t kernels.DataType, op kernels.RedOp, r, i int) float64 {
-	if op == kernels.Prod { // |product| <= 2^8: exact in every type, wraps int8 the same way
+func input(t abi.DataType, op abi.RedOp, r, i int) float64 {
+	if op == abi.Prod { // |product| <= 2^8: exact in every type, wraps int8 the same way
 		v := [...]float64{1, 2, 1, -1, 1}[(r+i)%5]
 		if !signed(t) {
 			v = math.Abs(v)
@@ -125,31 +126,31 @@ func input(t kernels.DataType, op kernels.RedOp, r, i int) float64 {
 	return v
 }
 
-func signed(t kernels.DataType) bool {
-	return t != kernels.Uint8 && t != kernels.Uint32 && t != kernels.Uint64
+func signed(t abi.DataType) bool {
+	return t != abi.Uint8 && t != abi.Uint32 && t != abi.Uint64
 }
 
 // reference reduces every rank's element i the way the op defines it.
-func reference(t kernels.DataType, op kernels.RedOp, scalar float64, n, i int) float64 {
+func reference(t abi.DataType, op abi.RedOp, scalar float64, n, i int) float64 {
 	acc := 0.0
 	for r := 0; r < n; r++ {
 		v := input(t, op, r, i)
 		switch {
-		case r == 0 && op != kernels.PreMulSum:
+		case r == 0 && op != abi.PreMulSum:
 			acc = v
-		case op == kernels.Sum || op == kernels.Avg:
+		case op == abi.Sum || op == abi.Avg:
 			acc += v
-		case op == kernels.Prod:
+		case op == abi.Prod:
 			acc *= v
-		case op == kernels.Max:
+		case op == abi.Max:
 			acc = math.Max(acc, v)
-		case op == kernels.Min:
+		case op == abi.Min:
 			acc = math.Min(acc, v)
-		case op == kernels.PreMulSum:
+		case op == abi.PreMulSum:
 			acc += scalar * v
 		}
 	}
-	if op == kernels.Avg {
+	if op == abi.Avg {
 		if t.IsFloat() {
 			return acc / float64(n)
 		}
@@ -161,7 +162,7 @@ func reference(t kernels.DataType, op kernels.RedOp, scalar float64, n, i int) f
 	return decode(t, b[:])
 }
 
-func fill(t kernels.DataType, op kernels.RedOp, r, count int) []byte {
+func fill(t abi.DataType, op abi.RedOp, r, count int) []byte {
 	b := make([]byte, count*t.Size())
 	for i := 0; i < count; i++ {
 		encode(t, b[i*t.Size():], input(t, op, r, i))
@@ -169,15 +170,15 @@ func fill(t kernels.DataType, op kernels.RedOp, r, count int) []byte {
 	return b
 }
 
-func near(t kernels.DataType, got, want float64) bool {
+func near(t abi.DataType, got, want float64) bool {
 	if !t.IsFloat() {
 		return got == want
 	}
 	tol := 1e-12
 	switch t {
-	case kernels.Float16, kernels.Bfloat16:
+	case abi.Float16, abi.Bfloat16:
 		tol = 1e-2
-	case kernels.Float32:
+	case abi.Float32:
 		tol = 1e-6
 	}
 	return math.Abs(got-want) <= tol*math.Max(1, math.Abs(want))
@@ -188,7 +189,7 @@ type checker struct {
 	errs []string
 }
 
-func (k *checker) expect(what string, t kernels.DataType, buf []byte, idx int, want float64) bool {
+func (k *checker) expect(what string, t abi.DataType, buf []byte, idx int, want float64) bool {
 	got := decode(t, buf[idx*t.Size():])
 	if !near(t, got, want) {
 		if len(k.errs) < 20 {
@@ -206,14 +207,14 @@ func (k *checker) err() error {
 	return fmt.Errorf("%d mismatches:\n  %s", len(k.errs), strings.Join(k.errs, "\n  "))
 }
 
-var allTypes = []kernels.DataType{kernels.Int8, kernels.Uint8, kernels.Int32, kernels.Uint32, kernels.Int64,
-	kernels.Uint64, kernels.Float16, kernels.Float32, kernels.Float64, kernels.Bfloat16}
+var allTypes = []abi.DataType{abi.Int8, abi.Uint8, abi.Int32, abi.Uint32, abi.Int64,
+	abi.Uint64, abi.Float16, abi.Float32, abi.Float64, abi.Bfloat16}
 
-var allOps = []kernels.RedOp{kernels.Sum, kernels.Prod, kernels.Max, kernels.Min, kernels.Avg, kernels.PreMulSum}
+var allOps = []abi.RedOp{abi.Sum, abi.Prod, abi.Max, abi.Min, abi.Avg, abi.PreMulSum}
 
 // redOp turns a kernels op into a call's op, creating a PreMulSum by 2.
-func redOp(c *Comm, t kernels.DataType, op kernels.RedOp) (int32, func(), error) {
-	if op != kernels.PreMulSum {
+func redOp(c *Comm, t abi.DataType, op abi.RedOp) (int32, func(), error) {
+	if op != abi.PreMulSum {
 		return int32(op), func() {}, nil
 	}
 	s := make([]byte, 8)

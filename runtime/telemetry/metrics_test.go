@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"gocl/abi"
 	"io"
 	"math"
 	"net"
@@ -16,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"gocl/kernels"
 	"gocl/runtime/config"
 	"gocl/runtime/tune"
 	"gocl/runtime/wire"
@@ -67,7 +67,7 @@ func TestMetricsDropsAndPanics(t *testing.T) {
 	for coll := range m.busFactorColl {
 		m.busFactorColl[coll] = wire.Coll(coll).Desc().BusFactor(4)
 	}
-	h := wire.Header{Coll: wire.AllReduce, Seq: 7, Count: 2, Dtype: uint8(kernels.Float64)}
+	h := wire.Header{Coll: wire.AllReduce, Seq: 7, Count: 2, Dtype: uint8(abi.Float64)}
 	for range 5 {
 		m.Coll(&h, m.busFactorChoice(), 16, time.Now().Add(-time.Millisecond), nil)
 	}
@@ -119,7 +119,7 @@ func TestMetricsPrometheus(t *testing.T) {
 		defer m.Close()
 		ms = append(ms, m)
 	}
-	h := wire.Header{Coll: wire.AllReduce, Count: 256, Dtype: uint8(kernels.Float32)}
+	h := wire.Header{Coll: wire.AllReduce, Count: 256, Dtype: uint8(abi.Float32)}
 	for range 5 {
 		for _, m := range ms {
 			m.Coll(&h, tune.Choice{}, 1024, time.Now(), nil)

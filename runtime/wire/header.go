@@ -9,8 +9,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-
-	"gocl/kernels"
+	"gocl/abi"
 )
 
 // HeaderSize is the encoded size of a Header.
@@ -141,5 +140,5 @@ func (e *MismatchError) Error() string {
 }
 
 // DtypeName and OpName render the numeric type and op of a header.
-func DtypeName(d uint8) string { return kernels.DataType(d).String() }
-func OpName(o uint8) string    { return kernels.RedOp(o).String() }
+func DtypeName(d uint8) string { return abi.DataType(d).String() }
+func OpName(o uint8) string    { return abi.RedOp(o).String() }
