@@ -166,6 +166,9 @@ func (m *Metrics) add(r *record) {
 
 // Coll records a collective that started at start.
 func (m *Metrics) Coll(hdr *wire.Header, ch tune.Choice, bytes int, start time.Time, err error) {
+	if m == nil {
+		return
+	}
 	r := record{start: start.UnixNano(), took: int64(transport.Now().Sub(start)), bytes: int64(bytes), count: hdr.Count,
 		seq: hdr.Seq, err: err, peer: -1, coll: hdr.Coll, dtype: hdr.Dtype, ch: ch}
 	m.add(&r)
@@ -173,6 +176,9 @@ func (m *Metrics) Coll(hdr *wire.Header, ch tune.Choice, bytes int, start time.T
 
 // P2P records a send or a receive.
 func (m *Metrics) P2P(hdr *wire.Header, send bool, peer, bytes int, start time.Time, err error) {
+	if m == nil {
+		return
+	}
 	r := record{start: start.UnixNano(), took: int64(transport.Now().Sub(start)), bytes: int64(bytes), count: hdr.Count,
 		seq: hdr.Seq, err: err, peer: int32(peer), coll: wire.SendRecv, dtype: hdr.Dtype, p2p: true, send: send}
 	m.add(&r)

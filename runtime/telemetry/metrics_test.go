@@ -92,7 +92,9 @@ func TestMetricsDropsAndPanics(t *testing.T) {
 	if lines[3].Coll["coll_error"] != `bad "quote"` || m.lost != 1 {
 		t.Errorf("last line %v, lost %d", lines[3].Coll, m.lost)
 	}
-	var off *Metrics
+	var off *Metrics // metrics off: every method is a no-op
+	off.Coll(&h, tune.Choice{}, 16, time.Now(), nil)
+	off.P2P(&h, true, 1, 16, time.Now(), nil)
 	off.Close()
 }
 
