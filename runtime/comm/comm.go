@@ -307,8 +307,8 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 		}
 	}
 	who := telemetry.Identity{Comm: commID(c.key), Rank: c.rank, NRanks: c.nranks, NNodes: c.nnodes}
-	c.flight = telemetry.NewFlight(who, sortedKeys(c.transportsSeen())) // links made on first use: the transports they will have
-	c.metrics = telemetry.NewMetrics(who, c.linkNames())
+	c.flight = telemetry.NewFlight(who, func() []string { return sortedKeys(c.transportsSeen()) }) // links made on first use: the transports they will have
+	c.metrics = telemetry.NewMetrics(who, c.linkNames)
 	serving = true // release closes it from now on
 	go bootstrap.Serve(ln, rank, c.secret, c.serve)
 	if err := c.setupTuner(settings); err != nil {

@@ -74,8 +74,9 @@ type traceRecord struct {
 }
 
 // NewFlight returns the recorder GOCL_TRACE_BUFFER or GOCL_TRACE_FILE asks
-// for, or nil. transports names the transports of the rank's links.
-func NewFlight(id Identity, transports []string) *Flight {
+// for, or nil. transports names the transports of the rank's links; it is
+// called only when the recorder is on.
+func NewFlight(id Identity, transports func() []string) *Flight {
 	n := config.IntOr("TRACE_BUFFER", 0)
 	file := strings.TrimSpace(config.String("TRACE_FILE"))
 	if n <= 0 && file != "" {
@@ -85,7 +86,7 @@ func NewFlight(id Identity, transports []string) *Flight {
 		return nil
 	}
 	return &Flight{ring: make([]Entry, n), comm: id.Comm, rank: id.Rank, size: id.NRanks,
-		transports: strings.Join(transports, "+"), file: expandFile(file, id.Rank)}
+		transports: strings.Join(transports(), "+"), file: expandFile(file, id.Rank)}
 }
 
 // Begin records a call and returns its slot for End.

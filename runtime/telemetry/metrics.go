@@ -120,8 +120,9 @@ type Metrics struct {
 }
 
 // NewMetrics returns the recorder GOCL_METRICS_FILE or GOCL_METRICS_PORT
-// asks for, or nil. links names each peer's transport ("" for none yet).
-func NewMetrics(id Identity, links []string) *Metrics {
+// asks for, or nil. links names each peer's transport ("" for none yet); it
+// is called only when the recorder is on (it walks every peer).
+func NewMetrics(id Identity, links func() []string) *Metrics {
 	file := strings.TrimSpace(config.String("METRICS_FILE"))
 	prom := startMetricsEndpoint()
 	if file == "" && !prom {
@@ -134,7 +135,7 @@ func NewMetrics(id Identity, links []string) *Metrics {
 		file: expandFile(file, id.Rank), comm: id.Comm, rank: id.Rank, nranks: id.NRanks, transports: make([]string, id.NRanks),
 	}
 	str := func(s string) string { b, _ := json.Marshal(s); return string(b) }
-	for p, name := range links {
+	for p, name := range links() {
 		if p != id.Rank && name != "" {
 			m.transports[p] = str(name)
 		}

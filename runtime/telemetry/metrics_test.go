@@ -114,7 +114,7 @@ func TestMetricsPrometheus(t *testing.T) {
 	})
 	var ms []*Metrics
 	for r := range 2 {
-		m := NewMetrics(Identity{Comm: "abc", Rank: r, NRanks: 2, NNodes: 1}, []string{"inproc", "inproc"})
+		m := NewMetrics(Identity{Comm: "abc", Rank: r, NRanks: 2, NNodes: 1}, func() []string { return []string{"inproc", "inproc"} })
 		if m == nil || !promState.on {
 			t.Fatal("endpoint off")
 		}
