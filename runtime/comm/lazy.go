@@ -354,7 +354,11 @@ func (c *Comm) dialPair(p int, deadline time.Time) error {
 func (c *Comm) awaitPeer(p int, deadline time.Time, done <-chan struct{}) error {
 	wait := probeWait(c.timeout)
 	nextProbe := time.Now().Add(wait)
-	tick := time.NewTicker(20 * time.Millisecond)
+	// Without done (this rank's dial crossed p's) nothing signals the
+	// link's arrival: look again after a pause that starts short, as the
+	// crossing dial is usually a round trip away, and grows to 20 ms.
+	pause := 500 * time.Microsecond
+	tick := time.NewTimer(pause)
 	defer tick.Stop()
 	for {
 		select {
@@ -362,6 +366,8 @@ func (c *Comm) awaitPeer(p int, deadline time.Time, done <-chan struct{}) error 
 			return nil
 		case <-tick.C:
 		}
+		pause = min(2*pause, 20*time.Millisecond)
+		tick.Reset(pause)
 		c.linkMu.Lock()
 		st := *c.pair(p)
 		linked := c.links[p] != nil
