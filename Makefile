@@ -42,7 +42,7 @@ help:
 	@echo "make bench-jax - gocl.jax vs JAX's gloo psum, mpi4jax (installed here over Debian's Open MPI) and gocl's numpy API, 2 processes"
 	@echo "make bench-jax-collectives - jitted psum, psum_scatter, all_gather 8 B..64 MiB: gocl's MPI ABI (JAX's own collectives) vs JAX's gloo vs gocl.jax's FFI vs gocl's numpy API, 2 and 4 processes (bench/JAX_MPIABI.md)"
 	@echo "make bench-jax-stress - 1000 checked psum_scatter calls on a 2x2 mesh (4 processes), gocl's MPI ABI vs JAX's gloo alternated, wrong results counted in bench/JAX_STRESS.md"
-	@echo "make bench-scale - how init, memory, fds and latency grow with the ranks: 8 to 128 processes beside torch's gloo, 64 to 4096 in-process ranks (bench/SCALE.md)"
+	@echo "make bench-scale - how init, memory, fds and latency grow with the ranks: 8 to 256 processes and 8 to 256 ranks as threads of 16 processes, beside torch's gloo; 64 to 4096 in-process ranks (bench/SCALE.md)"
 	@echo "make bench-heartbeat - 64 processes: a stopped rank named in a call and between calls, then 10 minutes of calls, idle and busy phases under extra load without one heartbeat verdict (bench/HEARTBEAT.md)"
 	@echo "make fuzz   - run each fuzz target (Go, and from_env's id exchange) for FUZZTIME (default 30s)"
 	@echo "make test-torchft - gocl.torchft's tests and a short torchft run (kill, restart, heal) on gocl, gloo, babygloo; make bench-torchft: the timed run"
@@ -350,7 +350,7 @@ bench-heartbeat: venv
 
 # bench/scale.py (bench/SCALE.md): gocl's costs as ranks grow, gloo beside.
 bench-scale: venv
-	$(PY) bench/scale.py --procs 8,16,32,64,128 --inproc 64,256,1024,4096 --lazy --markdown
+	$(PY) bench/scale.py --procs 8,16,32,64,128,256 --inproc 64,256,1024,4096 --lazy --per-process 8:4,16:8,32:8,64:8,128:16,256:16 --markdown
 
 # bench/jax_stress.py: psum_scatter on a 2x2 mesh over gocl's MPI ABI and over
 # JAX's gloo, each result checked, wrong ones counted (bench/JAX_STRESS.md).

@@ -5,6 +5,7 @@ plane.
     .venv/bin/python bench/scale.py                          # 8 .. 64 processes, 64 .. 1024 in-process
     .venv/bin/python bench/scale.py --procs 8,32,128 --inproc 256,1024 --markdown
     .venv/bin/python bench/scale.py --procs 64 --no-gloo
+    .venv/bin/python bench/scale.py --procs "" --inproc "" --per-process 128:16,256:16   # gloo past 64: ranks as threads
 
 Processes: `gocl run -n N` starts N ranks; every rank waits for one wall-clock
 start time (so the figure is the init, not the launcher's and Python's
@@ -23,6 +24,11 @@ dist.init_process_group("gloo")) and reports, as the maximum over ranks:
 In-process: one process makes N ranks with Communicator.local(N) (rendezvous,
 root, mesh of in-process links) and destroys them: seconds and the RSS
 growth, MiB.
+
+Ranks as threads (--per-process N:T): N/T processes of T ranks each, every
+backend alike (gloo: ProcessGroupGloo over a TCPStore; gocl: Communicator(uid,
+rank, N)), so torch's gloo fits past 64 ranks; fds, threads and memory are then
+per process.
 
 Each configuration runs once (a scaling curve, not a race: run it again to
 see the spread); ranks per core = N / CPUs, printed with the table.
@@ -62,6 +68,8 @@ def worker(backend: str, out_dir: str) -> None:
         import torch.distributed as dist
     else:  # gocl: the full mesh (GOCL_RUNTIME_CONNECT=0), gocl-lazy: on first use (the default); run_procs sets it
         import gocl
+
+        gocl.Communicator  # noqa: B018  gocl imports its modules on first use: before the start, as gloo's are
     while time.time() < start:
         time.sleep(0.005)
     t0 = time.time()
@@ -109,21 +117,133 @@ def worker(backend: str, out_dir: str) -> None:
     comm.destroy()
 
 
-def run_procs(backend: str, n: int) -> dict | None:
+def packed_worker(backend: str, out_dir: str, per: int) -> None:
+    """`per` ranks as threads of this process (rank = process * per + thread),
+    so that torch's gloo fits past 64 ranks: its ranks share one process's
+    torch. gloo: ProcessGroupGloo over a TCPStore (what init_process_group
+    makes, without its one-group-per-process default); gocl: Communicator(uid,
+    rank, size), the unique id made by process 0 before the start and read from
+    a file. Both calls leave the GIL while they connect. Writes one row per
+    process: its ranks' largest times, the process's fds, threads and memory."""
+    import threading
+
+    import numpy as np
+
+    start = float(os.environ["SCALE_START_AT"])
+    proc, procs = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    size = procs * per
+    uid_file = os.path.join(out_dir, "uid")
+    if backend == "gloo":
+        from datetime import timedelta
+
+        import torch
+        import torch.distributed as dist
+
+        host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+        master = dist.TCPStore(host, port, size, is_master=True, wait_for_workers=False) if proc == 0 else None
+    else:
+        import gocl
+
+        gocl.Communicator  # noqa: B018  imported before the start, as gloo's modules are
+        if proc == 0:
+            with open(uid_file + ".tmp", "wb") as f:
+                f.write(gocl.unique_id())
+            os.rename(uid_file + ".tmp", uid_file)
+        while not os.path.exists(uid_file):
+            time.sleep(0.01)
+        with open(uid_file, "rb") as f:
+            uid = f.read()
+    while time.time() < start:
+        time.sleep(0.005)
+    t0 = time.time()
+    late = t0 - start
+    rows: list = []
+    errors: list = []
+
+    def rank_main(rank: int) -> None:
+        try:
+            if backend == "gloo":
+                store = master if master is not None and rank == 0 else dist.TCPStore(host, port, size, is_master=False)
+                pg = dist.ProcessGroupGloo(store, rank, size, timedelta(seconds=600))
+                one, small, big = torch.ones(2), torch.zeros(2), torch.zeros(1 << 18)
+
+                def ar(x):
+                    pg.allreduce([x]).wait()
+            else:
+                comm = gocl.Communicator(uid, rank, size, timeout=600)
+                one, small, big = np.ones(2, np.float32), np.zeros(2, np.float32), np.zeros(1 << 18, np.float32)
+
+                def ar(x):
+                    comm.all_reduce(x)
+            t_init = time.time() - t0
+            t1 = time.perf_counter()
+            ar(one)
+            t_first = time.perf_counter() - t1
+            lat = []
+            for _ in range(100):
+                t = time.perf_counter()
+                ar(small)
+                lat.append(time.perf_counter() - t)
+            bw = []
+            for _ in range(20):
+                t = time.perf_counter()
+                ar(big)
+                bw.append(time.perf_counter() - t)
+            rows.append({"init": t_init, "first": t_first, "lat": sorted(lat)[50], "bw": sorted(bw)[10],
+                         "ok": float(one[0]) == size and not small.any() and not big.any()})
+            measured.wait()  # the process's fds, threads and memory are read with every rank alive
+            measured.wait()
+            ar(small)  # a barrier before teardown: no rank leaves while another still calls
+            if backend == "gocl":
+                comm.destroy()
+        except BaseException as e:  # reported by the process, not lost in a thread
+            errors.append(f"rank {rank}: {e!r}")
+            measured.abort()
+
+    measured = threading.Barrier(per + 1)
+    ts = [threading.Thread(target=rank_main, args=(proc * per + i,)) for i in range(per)]
+    for t in ts:
+        t.start()
+    try:
+        measured.wait()
+        r = rollup()
+        fds, thr = len(os.listdir("/proc/self/fd")), len(os.listdir("/proc/self/task"))
+        measured.wait()
+    except threading.BrokenBarrierError:
+        pass
+    for t in ts:
+        t.join()
+    if errors:
+        raise SystemExit("; ".join(errors))
+    row = {k: max(x[k] for x in rows) for k in ("init", "first", "lat", "bw")}
+    row.update(rank=proc, size=size, late=late, wrong=sum(not x["ok"] for x in rows),
+               fds=fds, thr=thr, rss=r.get("Rss", 0) / 1024, shm=r.get("Pss_Shmem", 0) / 1024)
+    with open(os.path.join(out_dir, f"{proc}.json"), "w") as f:
+        json.dump(row, f)
+    if backend == "gloo":
+        os._exit(0)  # gloo's teardown can abort once its peers have left
+
+
+def run_procs(backend: str, n: int, per: int = 1) -> dict | None:
+    """N ranks: N processes, or N/per processes of `per` ranks (threads) each."""
+    procs = n // per
     with tempfile.TemporaryDirectory() as d:
-        env = dict(os.environ, SCALE_START_AT=str(time.time() + 3 + 0.12 * n), PYTHONUNBUFFERED="1")
+        env = dict(os.environ, SCALE_START_AT=str(time.time() + 3 + 0.12 * procs + 0.01 * n), PYTHONUNBUFFERED="1")
         env["GOCL_RUNTIME_CONNECT"] = "1" if backend == "gocl-lazy" else "0"
         env.pop("GOCL_DEBUG", None)
         gocl_bin = os.path.join(os.path.dirname(sys.executable), "gocl")
-        cmd = [gocl_bin, "run", "-n", str(n), "--", sys.executable, os.path.abspath(__file__), "--worker", backend, d]
+        mode = ["--worker", backend, d] if per == 1 else ["--packed", backend.replace("-lazy", ""), d, str(per)]
+        cmd = [gocl_bin, "run", "-n", str(procs), "--", sys.executable, os.path.abspath(__file__), *mode]
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
         rows = []
         for f in os.listdir(d):
-            with open(os.path.join(d, f)) as fh:
-                rows.append(json.load(fh))
-        if p.returncode != 0 or len(rows) != n:
+            if f.endswith(".json"):
+                with open(os.path.join(d, f)) as fh:
+                    rows.append(json.load(fh))
+        if p.returncode != 0 or len(rows) != procs or any(r.get("wrong") for r in rows):
             tail = (p.stdout + p.stderr).strip().splitlines()[-5:]
-            print(f"  {backend} N={n}: failed (exit {p.returncode}, {len(rows)} of {n} ranks reported): " + " | ".join(tail), flush=True)
+            print(f"  {backend} N={n} ({per} per process): failed (exit {p.returncode}, {len(rows)} of {procs} processes reported, "
+                  f"{sum(r.get('wrong', 0) for r in rows)} wrong sums): " + " | ".join(tail), flush=True)
             return None
     agg = {k: max(r[k] for r in rows) for k in ("init", "late", "first", "lat", "bw", "fds", "thr", "rss", "shm")}
     agg["shm_total"] = sum(r["shm"] for r in rows)
@@ -161,24 +281,34 @@ def main() -> None:
     ap.add_argument("--lazy", action="store_true", help="also gocl connecting on first use (GOCL_RUNTIME_CONNECT=1, the default): gocl-lazy; the gocl rows are the full mesh (0)")
     ap.add_argument("--gloo-max", type=int, default=64, help="largest N for gloo (a torch process holds ~150 MiB of its own)")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--per-process", default="", help="N:T,... also N ranks as N/T processes of T threads each, every backend "
+                    "(so gloo fits past 64 ranks); in those rows fds, threads, RSS and shm are per process")
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--packed", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker(*args.worker)
+        return
+    if args.packed:
+        packed_worker(args.packed[0], args.packed[1], int(args.packed[2]))
         return
     cpus = len(os.sched_getaffinity(0))
     print(f"# bench/scale.py, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {cpus} CPUs", flush=True)
     backends = ["gocl"] + (["gocl-lazy"] if args.lazy else []) + ([] if args.no_gloo else ["gloo"])
     hdr = ["N", "ranks/core", "backend", "init s", "first ms", "8B us", "1MiB ms", "fds", "threads", "RSS MiB", "shm MiB", "shm all GiB"]
     rows = []
-    for n in [int(x) for x in args.procs.split(",") if x]:
+    runs = [(int(x), 1) for x in args.procs.split(",") if x]
+    runs += [(int(x.split(":")[0]), int(x.split(":")[1])) for x in args.per_process.split(",") if x]
+    if any(per < 1 or n % per for n, per in runs):
+        ap.error(f"--per-process {args.per_process}: each N:T needs T >= 1 dividing N")
+    for n, per in runs:
         for b in backends:
-            if b == "gloo" and n > args.gloo_max:
+            if b == "gloo" and n > args.gloo_max and per == 1:
                 continue
-            a = run_procs(b, n)
+            a = run_procs(b, n, per)
             if a is None:
                 continue
-            row = [n, f"{n / cpus:g}", b, f"{a['init']:.2f}", f"{a['first'] * 1e3:.1f}", f"{a['lat'] * 1e6:.0f}",
+            row = [n, f"{n / cpus:g}", b if per == 1 else f"{b} ({per}/process)", f"{a['init']:.2f}", f"{a['first'] * 1e3:.1f}", f"{a['lat'] * 1e6:.0f}",
                    f"{a['bw'] * 1e3:.2f}", a["fds"], a["thr"], f"{a['rss']:.0f}", f"{a['shm']:.1f}", f"{a['shm_total'] / 1024:.2f}"]
             rows.append(row)
             print("  " + "  ".join(f"{h} {v}" for h, v in zip(hdr, row)), flush=True)
