@@ -16,6 +16,10 @@ import (
 // one that is itself waiting for someone else) and the survivors'
 // agreement when the communicator shrinks.
 
+// AskProbe asks a rank's listener for its liveness: a peer that timed out
+// following the wait chain, and the heartbeat.
+const AskProbe = "probe"
+
 // Request is one question to a rank's listener: Kind names it, Body is
 // the kind's own JSON.
 type Request struct {

@@ -12,6 +12,7 @@ import (
 	"gocl/runtime/agree"
 	"gocl/runtime/bootstrap"
 	"gocl/runtime/debuglog"
+	"gocl/runtime/heartbeat"
 )
 
 // The survivors' agreement of a shrink (MPI ULFM's agree-and-shrink) runs
@@ -24,7 +25,6 @@ import (
 
 // Listener request kinds.
 const (
-	askProbe  = "probe"
 	askAgree  = "agree"
 	askRevoke = "revoke"
 )
@@ -37,7 +37,7 @@ type listenerReply struct {
 // serve answers a request on this rank's bootstrap listener.
 func (c *Comm) serve(req bootstrap.Request) any {
 	switch req.Kind {
-	case askProbe:
+	case bootstrap.AskProbe:
 		return c.answer()
 	case askStatus:
 		return c.ownView()
@@ -54,8 +54,11 @@ func (c *Comm) serve(req bootstrap.Request) any {
 		}
 		c.fail(revoked(c.rank, from))
 		return listenerReply{}
-	case askGone:
-		return c.receiveGone(req.Body)
+	case heartbeat.AskGone:
+		if err := heartbeat.Receive((*beatMember)(c), req.Body); err != nil {
+			return listenerReply{Err: err.Error()}
+		}
+		return listenerReply{}
 	case bootstrap.AskLink:
 		return c.takeLink(req.Body)
 	}

@@ -8,7 +8,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"gocl/abi"
 	"net"
 	"os"
 	"slices"
@@ -16,11 +15,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"gocl/abi"
 	"gocl/kernels"
 	"gocl/runtime/algo"
 	"gocl/runtime/bootstrap"
 	"gocl/runtime/config"
 	"gocl/runtime/debuglog"
+	"gocl/runtime/heartbeat"
 	"gocl/runtime/host"
 	"gocl/runtime/status"
 	"gocl/runtime/telemetry"
@@ -101,9 +102,9 @@ type Comm struct {
 	blameMu sync.Mutex
 	verdict error // the first diagnosis of a failure, kept for its echoes
 
-	beats     beats         // its heartbeat's figures (heartbeat.go)
-	agreement agreement     // the survivors' agreement of its shrinks (shrink.go, agree.go)
-	growID    *bootstrap.ID // the id GetUniqueID made for a grow (grow.go)
+	beats     *heartbeat.Watcher // nil: no heartbeat (heartbeat.go)
+	agreement agreement          // the survivors' agreement of its shrinks (shrink.go, agree.go)
+	growID    *bootstrap.ID      // the id GetUniqueID made for a grow (grow.go)
 }
 
 // processID tells ranks of one process apart from ranks of other processes.
@@ -551,8 +552,8 @@ func (c *Comm) Abort() {
 
 func (c *Comm) release() {
 	unregister(c)
-	c.stopHeartbeat()
-	c.logBeats()
+	c.beats.Stop()
+	c.beats.Log()
 	c.metrics.Close() // flushes: no call runs now
 	c.stateMu.Lock()
 	c.freed = true

@@ -67,7 +67,7 @@ func (c *Comm) answer() any {
 // ask probes rank p.
 func (c *Comm) ask(p int, wait time.Duration) (liveness, error) {
 	var l liveness
-	err := bootstrap.Ask(c.peers[p].Addr, c.secret, time.Now().Add(wait), bootstrap.NewRequest(askProbe, nil), &l)
+	err := bootstrap.Ask(c.peers[p].Addr, c.secret, time.Now().Add(wait), bootstrap.NewRequest(bootstrap.AskProbe, nil), &l)
 	return l, err
 }
 
