@@ -4,12 +4,12 @@ package main
 import "C"
 
 import (
-	"gocl/abi"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
 
+	"gocl/abi"
 	"gocl/runtime/bootstrap"
 	"gocl/runtime/comm"
 	"gocl/runtime/status"

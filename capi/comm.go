@@ -4,9 +4,9 @@ package main
 import "C"
 
 import (
-	"gocl/abi"
 	"unsafe"
 
+	"gocl/abi"
 	"gocl/runtime/bootstrap"
 	"gocl/runtime/comm"
 	"gocl/runtime/status"

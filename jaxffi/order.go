@@ -3,10 +3,10 @@ package jaxffi
 import (
 	"encoding/binary"
 	"fmt"
-	"gocl/abi"
 	"slices"
 	"unsafe"
 
+	"gocl/abi"
 	"gocl/kernels"
 	"gocl/runtime/comm"
 	"gocl/runtime/status"

@@ -1,9 +1,9 @@
 package jaxffi
 
 import (
-	"gocl/abi"
 	"unsafe"
 
+	"gocl/abi"
 	"gocl/runtime/comm"
 	"gocl/runtime/wire"
 )

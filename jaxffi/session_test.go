@@ -2,13 +2,13 @@ package jaxffi
 
 import (
 	"fmt"
-	"gocl/abi"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 	"unsafe"
 
+	"gocl/abi"
 	"gocl/runtime/wire"
 )
 

@@ -2,9 +2,10 @@ package kernels
 
 import (
 	"fmt"
-	"gocl/abi"
 	"math/rand/v2"
 	"testing"
+
+	"gocl/abi"
 )
 
 // benchAccumulate measures acc = acc op in over 1 MiB buffers, the shape of

@@ -3,9 +3,10 @@ package kernels
 import (
 	"bytes"
 	"fmt"
-	"gocl/abi"
 	"math/rand/v2"
 	"testing"
+
+	"gocl/abi"
 )
 
 // AccumulateCopy against the scalar reference: every dtype × op (PreMulSum

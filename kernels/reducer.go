@@ -2,8 +2,9 @@ package kernels
 
 import (
 	"fmt"
-	"gocl/abi"
 	"unsafe"
+
+	"gocl/abi"
 )
 
 // Reducer applies one reduction op to buffers of one datatype. All dispatch

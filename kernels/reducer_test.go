@@ -3,13 +3,14 @@ package kernels
 import (
 	"encoding/binary"
 	"fmt"
-	"gocl/abi"
 	"math"
 	"math/big"
 	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
+
+	"gocl/abi"
 )
 
 // ---- reference model: raw element bits in, raw element bits out ----------

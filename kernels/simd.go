@@ -1,9 +1,10 @@
 package kernels
 
 import (
-	"gocl/abi"
 	"math"
 	"unsafe"
+
+	"gocl/abi"
 )
 
 // Vector kernels (generated per architecture, see gen/) process whole

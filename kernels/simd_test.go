@@ -2,10 +2,11 @@ package kernels
 
 import (
 	"fmt"
-	"gocl/abi"
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"gocl/abi"
 )
 
 // The vector kernels against the portable loops, bit for bit: every dtype ×

@@ -3,10 +3,10 @@ package algo
 import (
 	"bytes"
 	"fmt"
-	"gocl/abi"
 	"sync"
 	"testing"
 
+	"gocl/abi"
 	"gocl/kernels"
 	"gocl/runtime/transport"
 	"gocl/runtime/wire"

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"flag"
 	"fmt"
-	"gocl/abi"
 	"math"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"gocl/abi"
 	"gocl/kernels"
 	"gocl/runtime/wire"
 )

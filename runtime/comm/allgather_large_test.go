@@ -2,9 +2,10 @@ package comm
 
 import (
 	"fmt"
-	"gocl/abi"
 	"testing"
 
+	"gocl/abi"
+	"gocl/runtime/config/configtest"
 	"gocl/runtime/wire"
 )
 
@@ -17,7 +18,7 @@ func TestLargeAllGather(t *testing.T) {
 	for _, via := range transportEnvs[:2] {
 		for _, algo := range []string{"ring", "direct", "halvingdoubling"} {
 			t.Run(via.name+"/"+algo, func(t *testing.T) {
-				setEnv(t, append([]string{"GOCL_ALGO", algo}, via.env...)...)
+				configtest.Setenv(t, append([]string{"GOCL_ALGO", algo}, via.env...)...)
 				clique(t, n, func(c *Comm) error {
 					var k checker
 					size := count * 4

@@ -2,10 +2,11 @@ package comm
 
 import (
 	"fmt"
-	"gocl/abi"
 	"sync"
 	"testing"
 
+	"gocl/abi"
+	"gocl/runtime/config/configtest"
 	"gocl/runtime/wire"
 )
 
@@ -73,7 +74,7 @@ func BenchmarkCallOneRank(b *testing.B) {
 func TestSmallCollectivesAllocateNothing(t *testing.T) {
 	for _, coll := range []wire.Coll{wire.AllReduce, wire.Broadcast, wire.AllGather} {
 		for _, n := range []int{1, 2} {
-			setEnv(t, "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", "0")
+			configtest.Setenv(t, "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", "0")
 			comms, err := InitAll(n, nil, Options{})
 			if err != nil {
 				t.Fatal(err)

@@ -2,10 +2,11 @@ package comm
 
 import (
 	"fmt"
-	"gocl/abi"
 	"strings"
 	"testing"
 
+	"gocl/abi"
+	"gocl/runtime/config/configtest"
 	"gocl/runtime/transport/socket"
 	"gocl/runtime/wire"
 )
@@ -245,7 +246,7 @@ func TestCollectivesInProcess(t *testing.T) {
 	for _, algo := range algoNames {
 		for _, n := range ranks[algo] {
 			t.Run(fmt.Sprintf("%s/n=%d", algo, n), func(t *testing.T) {
-				setEnv(t, "GOCL_ALGO", algo, "GOCL_BUFFSIZE", fmt.Sprint(chunk), "GOCL_DIRECT_THRESHOLD", "0")
+				configtest.Setenv(t, "GOCL_ALGO", algo, "GOCL_BUFFSIZE", fmt.Sprint(chunk), "GOCL_DIRECT_THRESHOLD", "0")
 				sizes := []int{0, 1, 7, 1023}
 				clique(t, n, func(c *Comm) error {
 					if err := matrix(c, types, sizes); err != nil {
@@ -273,7 +274,7 @@ func TestCollectivesSockets(t *testing.T) {
 	for _, algo := range algoNames {
 		for _, n := range ranks[algo] {
 			t.Run(fmt.Sprintf("%s/n=%d", algo, n), func(t *testing.T) {
-				setEnv(t, "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", "1", "GOCL_BUFFSIZE", "300000", "GOCL_NSOCKS_PERTHREAD", "3", "GOCL_SOCKET_IFNAME", "lo",
+				configtest.Setenv(t, "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", "1", "GOCL_BUFFSIZE", "300000", "GOCL_NSOCKS_PERTHREAD", "3", "GOCL_SOCKET_IFNAME", "lo",
 					"GOCL_ALGO", algo, "GOCL_DIRECT_THRESHOLD", "0")
 				// Element sizes 1, 2, 4 and 8 on the small cliques; the large
 				// ones stripe the same frames over more peers (every dtype
@@ -298,7 +299,7 @@ func TestCollectivesSockets(t *testing.T) {
 // and chunks that end inside one.
 func TestCollectivesSocketsEncrypted(t *testing.T) {
 	n := 3
-	setEnv(t, "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", "1", "GOCL_SOCKET_ENCRYPT", "1", "GOCL_BUFFSIZE", "300000",
+	configtest.Setenv(t, "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", "1", "GOCL_SOCKET_ENCRYPT", "1", "GOCL_BUFFSIZE", "300000",
 		"GOCL_NSOCKS_PERTHREAD", "3", "GOCL_SOCKET_IFNAME", "lo", "GOCL_ALGO", "ring", "GOCL_DIRECT_THRESHOLD", "0")
 	clique(t, n, func(c *Comm) error {
 		for p, l := range c.links {
@@ -324,7 +325,7 @@ func TestCollectivesShm(t *testing.T) {
 	}
 	for _, n := range ranks {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			setEnv(t, "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", "0", "GOCL_BUFFSIZE", "1980")
+			configtest.Setenv(t, "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", "0", "GOCL_BUFFSIZE", "1980")
 			clique(t, n, func(c *Comm) error {
 				for _, l := range c.links {
 					if l != nil && l.Name() != "shm" {
@@ -343,7 +344,7 @@ func TestCollectivesShm(t *testing.T) {
 func TestLargeAllReduce(t *testing.T) {
 	for _, via := range transportEnvs {
 		t.Run(via.name, func(t *testing.T) {
-			setEnv(t, append([]string{"GOCL_SOCKET_IFNAME", "lo"}, via.env...)...)
+			configtest.Setenv(t, append([]string{"GOCL_SOCKET_IFNAME", "lo"}, via.env...)...)
 			const count = 4 << 20 // float32: 16 MiB
 			clique(t, 4, func(c *Comm) error {
 				var k checker
@@ -365,7 +366,7 @@ func TestLargeAllReduce(t *testing.T) {
 // must not add up to more than the kernel buffers before the peer reads
 // (every rank sends before it receives), or the ring would deadlock.
 func TestSmallChunksOverSocketsDoNotDeadlock(t *testing.T) {
-	setEnv(t, "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", "1", "GOCL_SOCKET_IFNAME", "lo", "GOCL_ALGO", "ring", "GOCL_BUFFSIZE", "8192", "GOCL_TIMEOUT", "20")
+	configtest.Setenv(t, "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", "1", "GOCL_SOCKET_IFNAME", "lo", "GOCL_ALGO", "ring", "GOCL_BUFFSIZE", "8192", "GOCL_TIMEOUT", "20")
 	const count = 8 << 20 // 32 MiB of float32: 16 MiB segments in 8 KiB chunks, beyond any socket buffer
 	clique(t, 2, func(c *Comm) error {
 		send := fill(abi.Float32, abi.Sum, c.Rank(), count)
@@ -387,7 +388,7 @@ func TestSocketChunk(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if len(tc.env) > 0 {
-				setEnv(t, tc.env...)
+				configtest.Setenv(t, tc.env...)
 			}
 			clique(t, 2, func(c *Comm) error {
 				if c.chunk != tc.want {
@@ -407,7 +408,7 @@ func TestBadSettingFailsInit(t *testing.T) {
 		{"GOCL_MAX_NCHANNELS", "0", "1 or more"}, {"NCCL_MAX_NCHANNELS", "many", "1 or more"}, {"GOCL_MIN_NCHANNELS", "-1", "1 or more"},
 	} {
 		t.Run(c.key, func(t *testing.T) {
-			setEnv(t, c.key, c.value)
+			configtest.Setenv(t, c.key, c.value)
 			comms, err := InitAll(2, nil, Options{})
 			if err == nil {
 				for _, c := range comms {

@@ -2,14 +2,15 @@ package comm
 
 import (
 	"errors"
-	"gocl/abi"
 	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"gocl/abi"
 	"gocl/runtime/bootstrap"
+	"gocl/runtime/config/configtest"
 	"gocl/runtime/status"
 	"gocl/runtime/transport"
 	"gocl/runtime/wire"
@@ -24,7 +25,7 @@ func allReduce(c *Comm, count int) error {
 func transports(t *testing.T, body func(t *testing.T)) {
 	for _, via := range transportEnvs {
 		t.Run(via.name, func(t *testing.T) {
-			setEnv(t, append([]string{"GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "2"}, via.env...)...)
+			configtest.Setenv(t, append([]string{"GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "2"}, via.env...)...)
 			body(t)
 		})
 	}
@@ -147,7 +148,7 @@ func TestAbortUnblocksAWaitingRank(t *testing.T) {
 
 func testEndUnblocks(t *testing.T, end func(*Comm)) {
 	transports(t, func(t *testing.T) {
-		setEnv(t, "GOCL_TIMEOUT", "60")
+		configtest.Setenv(t, "GOCL_TIMEOUT", "60")
 		comms, err := InitAll(2, nil, Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -184,7 +185,7 @@ func testEndUnblocks(t *testing.T, end func(*Comm)) {
 // waiting for the timeout.
 func TestPeerFailurePropagates(t *testing.T) {
 	transports(t, func(t *testing.T) {
-		setEnv(t, "GOCL_TIMEOUT", "60")
+		configtest.Setenv(t, "GOCL_TIMEOUT", "60")
 		comms, err := InitAll(3, nil, Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -212,7 +213,7 @@ func TestPeerFailurePropagates(t *testing.T) {
 }
 
 func TestBadArguments(t *testing.T) {
-	setEnv(t)
+	configtest.Setenv(t)
 	comms := localComms(t, 2)
 	c := comms[0]
 	buf := make([]byte, 64)
@@ -260,7 +261,7 @@ func mustPreMul(t *testing.T, c *Comm) int32 {
 }
 
 func TestInitArguments(t *testing.T) {
-	setEnv(t, "GOCL_TIMEOUT", "2")
+	configtest.Setenv(t, "GOCL_TIMEOUT", "2")
 	id, err := NewUniqueID()
 	if err != nil {
 		t.Fatal(err)
@@ -275,7 +276,7 @@ func TestInitArguments(t *testing.T) {
 
 // Ranks that disagree on nranks all fail at init with the reason.
 func TestRendezvousDisagreement(t *testing.T) {
-	setEnv(t, "GOCL_TIMEOUT", "5")
+	configtest.Setenv(t, "GOCL_TIMEOUT", "5")
 	id, err := NewUniqueID()
 	if err != nil {
 		t.Fatal(err)
@@ -302,7 +303,7 @@ func TestRendezvousDisagreement(t *testing.T) {
 // A stranger connecting to the root (a port scan, another job) is dropped
 // and the real ranks still meet.
 func TestStrangerIsDropped(t *testing.T) {
-	setEnv(t, "GOCL_TIMEOUT", "10", "GOCL_SOCKET_IFNAME", "lo")
+	configtest.Setenv(t, "GOCL_TIMEOUT", "10", "GOCL_SOCKET_IFNAME", "lo")
 	id, err := NewUniqueID()
 	if err != nil {
 		t.Fatal(err)
@@ -339,7 +340,7 @@ func TestStrangerIsDropped(t *testing.T) {
 // A communicator's own timeout (goclConfig_t.timeout) wins over
 // GOCL_TIMEOUT, and a split keeps its parent's unless it is given one.
 func TestTimeoutOption(t *testing.T) {
-	setEnv(t, "GOCL_TIMEOUT", "60")
+	configtest.Setenv(t, "GOCL_TIMEOUT", "60")
 	comms, err := InitAll(2, nil, Options{Timeout: time.Second, HasTimeout: true})
 	if err != nil {
 		t.Fatal(err)
@@ -381,7 +382,7 @@ func TestTimeoutOption(t *testing.T) {
 // Settings come from the environment as it is at each init: a change between
 // two inits applies to the second communicator only.
 func TestSettingsReadAtEachInit(t *testing.T) {
-	setEnv(t, "GOCL_TIMEOUT", "7")
+	configtest.Setenv(t, "GOCL_TIMEOUT", "7")
 	a, err := InitAll(2, nil, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -402,7 +403,7 @@ func TestSettingsReadAtEachInit(t *testing.T) {
 // A rank that destroyed its communicator instead of making the call: the
 // waiting rank says so (its probe port refuses), naming it.
 func TestTimeoutNamesARankThatLeft(t *testing.T) {
-	setEnv(t, "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "1")
+	configtest.Setenv(t, "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "1")
 	comms, err := InitAll(2, nil, Options{})
 	if err != nil {
 		t.Fatal(err)

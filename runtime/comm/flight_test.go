@@ -5,6 +5,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"gocl/runtime/config/configtest"
+	"gocl/runtime/telemetry/telemetrytest"
 )
 
 // With GOCL_TRACE_FILE set, a failure writes each rank's calls as JSON
@@ -20,7 +23,7 @@ type traceLine struct {
 
 func TestTraceFileOnFailureAndOnRequest(t *testing.T) {
 	dir := t.TempDir()
-	setEnv(t, "GOCL_TRACE_FILE", filepath.Join(dir, "trace-%r.jsonl"), "GOCL_TIMEOUT", "5")
+	configtest.Setenv(t, "GOCL_TRACE_FILE", filepath.Join(dir, "trace-%r.jsonl"), "GOCL_TIMEOUT", "5")
 	comms, err := InitAll(2, nil, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +42,7 @@ func TestTraceFileOnFailureAndOnRequest(t *testing.T) {
 	}
 	wg.Wait()
 	for r := range comms {
-		recs := readJSONLines[traceLine](t, filepath.Join(dir, "trace-"+string(rune('0'+r))+".jsonl"))
+		recs := telemetrytest.ReadLines[traceLine](t, filepath.Join(dir, "trace-"+string(rune('0'+r))+".jsonl"))
 		if len(recs) != 3 { // init's own allgather, then the two calls
 			t.Fatalf("rank %d: %d records, want 3: %+v", r, len(recs), recs)
 		}
@@ -56,7 +59,7 @@ func TestTraceFileOnFailureAndOnRequest(t *testing.T) {
 	for _, c := range comms {
 		c.Abort()
 	}
-	setEnv(t, "GOCL_TRACE_FILE", "")
+	configtest.Setenv(t, "GOCL_TRACE_FILE", "")
 	plain, err := InitAll(1, nil, Options{})
 	if err != nil {
 		t.Fatal(err)

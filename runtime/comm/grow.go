@@ -1,9 +1,9 @@
 package comm
 
 import (
-	"gocl/abi"
 	"unsafe"
 
+	"gocl/abi"
 	"gocl/runtime/bootstrap"
 	"gocl/runtime/config"
 	"gocl/runtime/status"

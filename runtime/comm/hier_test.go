@@ -2,9 +2,10 @@ package comm
 
 import (
 	"fmt"
-	"gocl/abi"
 	"testing"
 
+	"gocl/abi"
+	"gocl/runtime/config/configtest"
 	"gocl/runtime/tune"
 	"gocl/runtime/wire"
 )
@@ -43,7 +44,7 @@ func TestAllReduceHierFakeHosts(t *testing.T) {
 				types = []abi.DataType{abi.Int8, abi.Float16, abi.Float64}
 			}
 			onFakeHosts(t, tc.host)
-			setEnv(t, "GOCL_ALGO", "allreduce:hier", "GOCL_BUFFSIZE", fmt.Sprint(chunk), "GOCL_SOCKET_IFNAME", "lo")
+			configtest.Setenv(t, "GOCL_ALGO", "allreduce:hier", "GOCL_BUFFSIZE", fmt.Sprint(chunk), "GOCL_SOCKET_IFNAME", "lo")
 			clique(t, tc.n, func(c *Comm) error {
 				if got := c.plan.Pick(wire.AllReduce, 8).Algo; got != tune.Hier {
 					return fmt.Errorf("GOCL_ALGO=allreduce:hier picked %s", got)
@@ -106,7 +107,7 @@ func TestHierChoice(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			onFakeHosts(t, tc.host)
-			setEnv(t, "GOCL_SOCKET_IFNAME", "lo")
+			configtest.Setenv(t, "GOCL_SOCKET_IFNAME", "lo")
 			clique(t, tc.n, func(c *Comm) error {
 				if got := c.plan.Pick(wire.AllReduce, 32<<20).Algo; got != tc.want {
 					return fmt.Errorf("rank %d: 32 MiB all-reduce picks %s, want %s", c.rank, got, tc.want)

@@ -2,12 +2,13 @@ package comm
 
 import (
 	"fmt"
-	"gocl/abi"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
+	"gocl/abi"
+	"gocl/runtime/config/configtest"
 	"gocl/runtime/tune"
 	"gocl/runtime/wire"
 )
@@ -41,7 +42,7 @@ func TestRuntimeConnectDeclaresPeers(t *testing.T) {
 	for _, algo := range algoNames {
 		for _, n := range ranks[algo] {
 			t.Run(fmt.Sprintf("%s/n=%d", algo, n), func(t *testing.T) {
-				setEnv(t, "GOCL_RUNTIME_CONNECT", "1", "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", fmt.Sprint(n%2), "GOCL_SOCKET_IFNAME", "lo",
+				configtest.Setenv(t, "GOCL_RUNTIME_CONNECT", "1", "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", fmt.Sprint(n%2), "GOCL_SOCKET_IFNAME", "lo",
 					"GOCL_BUFFSIZE", "8192", "GOCL_ALGO", algo, "GOCL_DIRECT_THRESHOLD", "0", "GOCL_TIMEOUT", "60")
 				clique(t, n, func(c *Comm) error {
 					// init's own exchange: initAlgo's peers.
@@ -65,7 +66,7 @@ func TestRuntimeConnectHoldsOnlyWhatItUses(t *testing.T) {
 		algo string
 	}{{"ring"}, {"tree"}, {"halvingdoubling"}} {
 		t.Run(tc.algo, func(t *testing.T) {
-			setEnv(t, "GOCL_RUNTIME_CONNECT", "1", "GOCL_P2P_DISABLE", "1", "GOCL_SOCKET_IFNAME", "lo", "GOCL_ALGO", "allreduce:"+tc.algo, "GOCL_TIMEOUT", "60")
+			configtest.Setenv(t, "GOCL_RUNTIME_CONNECT", "1", "GOCL_P2P_DISABLE", "1", "GOCL_SOCKET_IFNAME", "lo", "GOCL_ALGO", "allreduce:"+tc.algo, "GOCL_TIMEOUT", "60")
 			clique(t, n, func(c *Comm) error {
 				buf := make([]byte, 4*1000)
 				for i := 0; i < 3; i++ {
@@ -116,7 +117,7 @@ func algoByName(s string) tune.Algo {
 // fail init on every rank, naming it, instead of waiting for links one
 // side never makes.
 func TestRuntimeConnectMustMatch(t *testing.T) {
-	setEnv(t, "GOCL_P2P_DISABLE", "1", "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "30")
+	configtest.Setenv(t, "GOCL_P2P_DISABLE", "1", "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "30")
 	testOffer = func(rank int, lazy bool) bool { return rank == 1 }
 	t.Cleanup(func() { testOffer = nil })
 	_, err := InitAll(3, nil, Options{})
@@ -130,7 +131,7 @@ func TestRuntimeConnectMustMatch(t *testing.T) {
 // pair dials: of 8 ranks, rank 3 is gone; rank 0 waits for it to dial,
 // rank 6 dials it (neither pair is one init's exchange connects).
 func TestRuntimeConnectPeerGone(t *testing.T) {
-	setEnv(t, "GOCL_RUNTIME_CONNECT", "1", "GOCL_P2P_DISABLE", "1", "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "60")
+	configtest.Setenv(t, "GOCL_RUNTIME_CONNECT", "1", "GOCL_P2P_DISABLE", "1", "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "60")
 	comms, err := InitAll(8, nil, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +169,7 @@ func TestRuntimeConnectPeerGone(t *testing.T) {
 func TestRuntimeConnectBufferedSends(t *testing.T) {
 	for _, shm := range []string{"0", "1"} {
 		t.Run("shm_disable="+shm, func(t *testing.T) {
-			setEnv(t, "GOCL_RUNTIME_CONNECT", "1", "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", shm, "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "60")
+			configtest.Setenv(t, "GOCL_RUNTIME_CONNECT", "1", "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", shm, "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "60")
 			clique(t, 8, func(c *Comm) error {
 				n, r := c.NRanks(), c.Rank()
 				if slices.Contains(connected(c), (r+3)%n) {

@@ -2,12 +2,13 @@ package comm
 
 import (
 	"fmt"
-	"gocl/abi"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"gocl/abi"
+	"gocl/runtime/config/configtest"
 	"gocl/runtime/transport"
 	"gocl/runtime/wire"
 )
@@ -170,7 +171,7 @@ func TestCollectivesLentSlots(t *testing.T) {
 				continue
 			}
 			t.Run(fmt.Sprintf("%s/n=%d", algo, n), func(t *testing.T) {
-				setEnv(t, "GOCL_ALGO", algo, "GOCL_BUFFSIZE", fmt.Sprint(chunk), "GOCL_DIRECT_THRESHOLD", "0", "GOCL_TIMEOUT", "60")
+				configtest.Setenv(t, "GOCL_ALGO", algo, "GOCL_BUFFSIZE", fmt.Sprint(chunk), "GOCL_DIRECT_THRESHOLD", "0", "GOCL_TIMEOUT", "60")
 				clique(t, n, func(c *Comm) error {
 					slots := make([]*slotLink, 0, n)
 					for p, l := range c.links {

@@ -3,12 +3,12 @@ package comm
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"gocl/abi"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"gocl/abi"
 	"gocl/runtime/transport"
 	"gocl/runtime/tune"
 	"gocl/runtime/version"

@@ -2,7 +2,6 @@ package comm
 
 import (
 	"fmt"
-	"gocl/abi"
 	"math"
 	"os"
 	"path/filepath"
@@ -11,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"gocl/abi"
+	"gocl/runtime/config/configtest"
+	"gocl/runtime/telemetry/telemetrytest"
 	"gocl/runtime/wire"
 )
 
@@ -37,7 +39,7 @@ type metricLine struct {
 // is a line in the Inspector's fields, written by destroy at the latest.
 func TestMetricsFile(t *testing.T) {
 	dir := t.TempDir()
-	setEnv(t, "GOCL_METRICS_FILE", filepath.Join(dir, "m-%r.jsonl"), "GOCL_TIMEOUT", "10")
+	configtest.Setenv(t, "GOCL_METRICS_FILE", filepath.Join(dir, "m-%r.jsonl"), "GOCL_TIMEOUT", "10")
 	comms, err := InitAll(2, nil, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +81,7 @@ func TestMetricsFile(t *testing.T) {
 	}
 	var ids []string
 	for r := range comms {
-		lines := readJSONLines[metricLine](t, filepath.Join(dir, fmt.Sprintf("m-%d.jsonl", r)))
+		lines := telemetrytest.ReadLines[metricLine](t, filepath.Join(dir, fmt.Sprintf("m-%d.jsonl", r)))
 		var ar, ag, sends, recvs int
 		for _, l := range lines {
 			if l.Header.Rank != r || l.Header.NRanks != 2 || l.Header.NNodes != 1 || l.Metadata.Version != "v4.0" ||
@@ -146,7 +148,7 @@ func TestMetricsFile(t *testing.T) {
 func TestMetricsFailedCall(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "m.jsonl") // both ranks in one file
-	setEnv(t, "GOCL_METRICS_FILE", path, "GOCL_TIMEOUT", "5")
+	configtest.Setenv(t, "GOCL_METRICS_FILE", path, "GOCL_TIMEOUT", "5")
 	comms, err := InitAll(2, nil, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +166,7 @@ func TestMetricsFailedCall(t *testing.T) {
 		c.Abort()
 	}
 	failed := map[int]bool{}
-	for _, l := range readJSONLines[metricLine](t, path) {
+	for _, l := range telemetrytest.ReadLines[metricLine](t, path) {
 		if l.Coll != nil && l.Coll["coll_error"] != nil {
 			failed[l.Header.Rank] = true
 			if !strings.Contains(l.Coll["coll_error"].(string), "failed on rank") {
@@ -180,7 +182,7 @@ func TestMetricsFailedCall(t *testing.T) {
 // Off by default: a communicator without GOCL_METRICS_FILE or
 // GOCL_METRICS_PORT holds no recorder.
 func TestMetricsOffByDefault(t *testing.T) {
-	setEnv(t, "GOCL_METRICS_FILE", "")
+	configtest.Setenv(t, "GOCL_METRICS_FILE", "")
 	os.Unsetenv("GOCL_METRICS_FILE")
 	plain, err := InitAll(1, nil, Options{})
 	if err != nil {

@@ -1,7 +1,6 @@
 package comm
 
 import (
-	"gocl/abi"
 	"os"
 	"os/exec"
 	"runtime"
@@ -11,6 +10,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"gocl/abi"
 	"gocl/runtime/algo"
 	"gocl/runtime/status"
 	"gocl/runtime/wire"

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"gocl/runtime/config/configtest"
 	"gocl/runtime/transport/socket"
 	"gocl/runtime/tune"
 	"gocl/runtime/wire"
@@ -22,7 +23,7 @@ func TestNetRateDrivesTheTuner(t *testing.T) {
 	}{{"", false, 0}, {"1", true, tune.HalvingDoubling}} {
 		t.Run("GOCL_NET_GBPS="+tc.gbps, func(t *testing.T) {
 			onFakeHosts(t, func(r int) int { return r })
-			setEnv(t, "GOCL_NET_GBPS", tc.gbps, "GOCL_SOCKET_IFNAME", "lo")
+			configtest.Setenv(t, "GOCL_NET_GBPS", tc.gbps, "GOCL_SOCKET_IFNAME", "lo")
 			clique(t, 4, func(c *Comm) error {
 				if want := map[string]int{"": socket.Chunk, "1": 256 << 10}[tc.gbps]; c.chunk != want {
 					return fmt.Errorf("rank %d: chunk %d B, want %d", c.rank, c.chunk, want)

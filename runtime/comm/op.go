@@ -1,11 +1,11 @@
 package comm
 
 import (
-	"gocl/abi"
 	"math"
 	"math/bits"
 	"unsafe"
 
+	"gocl/abi"
 	"gocl/kernels"
 	"gocl/runtime/status"
 	"gocl/runtime/wire"

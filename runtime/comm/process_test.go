@@ -4,7 +4,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"gocl/abi"
 	"os"
 	"os/exec"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"gocl/abi"
 	"gocl/runtime/bootstrap"
 	"gocl/runtime/status"
 	"gocl/runtime/transport"

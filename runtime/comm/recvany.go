@@ -1,10 +1,10 @@
 package comm
 
 import (
-	"gocl/abi"
 	"time"
 	"unsafe"
 
+	"gocl/abi"
 	"gocl/runtime/host"
 	"gocl/runtime/status"
 	"gocl/runtime/transport"

@@ -3,10 +3,11 @@ package comm
 import (
 	"encoding/binary"
 	"fmt"
-	"gocl/abi"
 	"strings"
 	"testing"
 
+	"gocl/abi"
+	"gocl/runtime/config/configtest"
 	"gocl/runtime/status"
 )
 
@@ -65,7 +66,7 @@ func TestRecvAnySharedMemoryAndSockets(t *testing.T) {
 	for _, shmOff := range []string{"0", "1"} {
 		for _, n := range []int{2, 4} {
 			t.Run(fmt.Sprintf("shm_disable=%s/%d", shmOff, n), func(t *testing.T) {
-				setEnv(t, "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", shmOff, "GOCL_SOCKET_IFNAME", "lo")
+				configtest.Setenv(t, "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", shmOff, "GOCL_SOCKET_IFNAME", "lo")
 				clique(t, n, recvAnyBody(3))
 			})
 		}
@@ -74,7 +75,7 @@ func TestRecvAnySharedMemoryAndSockets(t *testing.T) {
 
 func TestRecvAnyTimesOut(t *testing.T) {
 	for _, p2p := range []string{"0", "1"} {
-		setEnv(t, "GOCL_TIMEOUT", "0.3", "GOCL_P2P_DISABLE", p2p)
+		configtest.Setenv(t, "GOCL_TIMEOUT", "0.3", "GOCL_P2P_DISABLE", p2p)
 		clique(t, 2, func(c *Comm) error {
 			if c.Rank() != 0 {
 				return nil

@@ -2,6 +2,7 @@ package comm
 
 import (
 	"fmt"
+
 	"gocl/abi"
 	"gocl/kernels"
 	"gocl/runtime/status"

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"gocl/runtime/config/configtest"
 )
 
 // TestInProcessRanksShareTheTable: the ranks of one process hold one copy
@@ -13,7 +15,7 @@ import (
 func TestInProcessRanksShareTheTable(t *testing.T) {
 	for _, lazy := range []string{"0", "1"} {
 		t.Run("runtime_connect="+lazy, func(t *testing.T) {
-			setEnv(t, "GOCL_RUNTIME_CONNECT", lazy, "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "60")
+			configtest.Setenv(t, "GOCL_RUNTIME_CONNECT", lazy, "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "60")
 			n := 256
 			if lazy == "0" || testing.Short() {
 				n = 33 // the mesh's N² links
@@ -47,7 +49,7 @@ func TestRecoveryAt32Ranks(t *testing.T) {
 	}
 	for _, via := range envs {
 		t.Run(via.name, func(t *testing.T) {
-			setEnv(t, append([]string{"GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "20", "GOCL_RUNTIME_CONNECT", "1"}, via.env...)...)
+			configtest.Setenv(t, append([]string{"GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "20", "GOCL_RUNTIME_CONNECT", "1"}, via.env...)...)
 			const n = 32
 			comms, err := InitAll(n, nil, Options{})
 			if err != nil {

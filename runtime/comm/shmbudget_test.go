@@ -2,9 +2,10 @@ package comm
 
 import (
 	"fmt"
-	"gocl/abi"
 	"testing"
 
+	"gocl/abi"
+	"gocl/runtime/config/configtest"
 	"gocl/runtime/transport/shm"
 )
 
@@ -16,7 +17,7 @@ func TestShmBudgetCapsSegments(t *testing.T) {
 		t.Run("runtime_connect="+lazy, func(t *testing.T) {
 			before := shm.Held()
 			const budgetMiB = 9 // two segments of ~4.3 MiB: one pair of this process's ranks
-			setEnv(t, "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", "0", "GOCL_SOCKET_IFNAME", "lo", "GOCL_SHM_BUDGET", fmt.Sprint(budgetMiB),
+			configtest.Setenv(t, "GOCL_P2P_DISABLE", "1", "GOCL_SHM_DISABLE", "0", "GOCL_SOCKET_IFNAME", "lo", "GOCL_SHM_BUDGET", fmt.Sprint(budgetMiB),
 				"GOCL_RUNTIME_CONNECT", lazy, "GOCL_ALGO", "ring", "GOCL_MAX_NCHANNELS", "1")
 			const n = 4
 			names := make([][]string, n)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"gocl/runtime/agree"
+	"gocl/runtime/config/configtest"
 )
 
 // The agreement's cases beyond the review's (shrink_review_test.go), with
@@ -34,7 +35,7 @@ func sameComm(t *testing.T, subs []*Comm, errs []error, survivors []int) {
 // and 3 are lost from then on, and theirs to it): ranks 2 and 3 learn it
 // from rank 1, whose every message carries it.
 func TestShrinkDecisionReachesEverySurvivor(t *testing.T) {
-	setEnv(t, "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "2")
+	configtest.Setenv(t, "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "2")
 	comms, err := InitAll(4, nil, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +61,7 @@ func TestShrinkDecisionReachesEverySurvivor(t *testing.T) {
 // epoch numbers (chosen by the decisions, not counted apart) and end up in
 // one communicator without it.
 func TestShrinkCoordinatorDiesAfterTellingOne(t *testing.T) {
-	setEnv(t, "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "2")
+	configtest.Setenv(t, "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "2")
 	comms, err := InitAll(4, nil, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +95,7 @@ func TestShrinkCoordinatorDiesAfterTellingOne(t *testing.T) {
 // the others in a rendezvous that ends with the agreement's bound (the
 // window, shrinkWindow here), and they agree again without it.
 func TestShrinkWithoutTimeoutIsBounded(t *testing.T) {
-	setEnv(t, "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "0")
+	configtest.Setenv(t, "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "0")
 	saved := shrinkWindow
 	shrinkWindow = time.Second
 	t.Cleanup(func() { shrinkWindow = saved })

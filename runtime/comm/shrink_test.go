@@ -2,14 +2,15 @@ package comm
 
 import (
 	"encoding/binary"
-	"gocl/abi"
 	"math"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"gocl/abi"
 	"gocl/runtime/bootstrap"
+	"gocl/runtime/config/configtest"
 	"gocl/runtime/status"
 	"gocl/runtime/wire"
 )
@@ -120,7 +121,7 @@ func TestShrinkAgreesOnTheDeadRank(t *testing.T) {
 // A second rank dies while the survivors shrink: they still end up with
 // one communicator, without both.
 func TestShrinkSurvivesADeathDuringTheShrink(t *testing.T) {
-	setEnv(t, "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "3")
+	configtest.Setenv(t, "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "3")
 	comms, err := InitAll(5, nil, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +143,7 @@ func TestShrinkSurvivesADeathDuringTheShrink(t *testing.T) {
 // An explicit list: the excluded rank does not call shrink; a healthy
 // communicator shrinks too; survivors that disagree on the list fail.
 func TestShrinkExcludeList(t *testing.T) {
-	setEnv(t, "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "3")
+	configtest.Setenv(t, "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "3")
 	comms, err := InitAll(4, nil, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +177,7 @@ func TestShrinkExcludeList(t *testing.T) {
 }
 
 func TestShrinkArguments(t *testing.T) {
-	setEnv(t, "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "3")
+	configtest.Setenv(t, "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "3")
 	comms, err := InitAll(3, nil, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -208,7 +209,7 @@ func TestShrinkArguments(t *testing.T) {
 // rank, and leaves a communicator the (all living) ranks can shrink.
 func TestRevokeThenShrink(t *testing.T) {
 	transports(t, func(t *testing.T) {
-		setEnv(t, "GOCL_TIMEOUT", "30")
+		configtest.Setenv(t, "GOCL_TIMEOUT", "30")
 		comms, err := InitAll(3, nil, Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -265,7 +266,7 @@ func growAll(t *testing.T, comms []*Comm) ([]*Comm, []error) {
 
 // A new rank joins a shrunk communicator.
 func TestGrow(t *testing.T) {
-	setEnv(t, "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "5")
+	configtest.Setenv(t, "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "5")
 	comms, err := InitAll(3, nil, Options{})
 	if err != nil {
 		t.Fatal(err)

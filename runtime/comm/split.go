@@ -2,10 +2,10 @@ package comm
 
 import (
 	"encoding/binary"
-	"gocl/abi"
 	"sort"
 	"unsafe"
 
+	"gocl/abi"
 	"gocl/runtime/bootstrap"
 	"gocl/runtime/status"
 	"gocl/runtime/wire"

@@ -2,9 +2,10 @@ package comm
 
 import (
 	"fmt"
-	"gocl/abi"
 	"testing"
 
+	"gocl/abi"
+	"gocl/runtime/config/configtest"
 	"gocl/runtime/stream"
 	"gocl/runtime/wire"
 )
@@ -13,7 +14,7 @@ import (
 func TestSplit(t *testing.T) {
 	for _, off := range []string{"0", "1"} {
 		t.Run("p2p_disable="+off, func(t *testing.T) {
-			setEnv(t, "GOCL_P2P_DISABLE", off, "GOCL_SOCKET_IFNAME", "lo")
+			configtest.Setenv(t, "GOCL_P2P_DISABLE", off, "GOCL_SOCKET_IFNAME", "lo")
 			clique(t, 6, func(c *Comm) error {
 				color := c.Rank() % 2
 				if c.Rank() == 5 {
@@ -57,7 +58,7 @@ func TestSplit(t *testing.T) {
 // Synchronize; two communicators on two streams progress independently even
 // when ranks queue them in opposite orders.
 func TestStreams(t *testing.T) {
-	setEnv(t)
+	configtest.Setenv(t)
 	a, err := InitAll(2, nil, Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"gocl/runtime/config/configtest"
 )
 
 // The status directory is opened without following a symlink and refused
@@ -51,7 +53,7 @@ func TestStatusDirRefusesWhatIsNotOurs(t *testing.T) {
 		t.Log("not root: the other-owner case is not tried")
 	}
 	for _, tc := range cases {
-		setEnv(t, "GOCL_STATUS_DIR", tc.dir)
+		configtest.Setenv(t, "GOCL_STATUS_DIR", tc.dir)
 		err := listenStatus("1")
 		if err == nil {
 			t.Errorf("%s: accepted", tc.dir)
@@ -69,7 +71,7 @@ func TestStatusDirRefusesWhatIsNotOurs(t *testing.T) {
 
 	// A fresh directory is made 0700 and gets this process's key (0600) and socket.
 	mine := filepath.Join(base, "new", "st")
-	setEnv(t, "GOCL_STATUS_DIR", mine)
+	configtest.Setenv(t, "GOCL_STATUS_DIR", mine)
 	if err := listenStatus("1"); err != nil {
 		t.Fatal(err)
 	}
@@ -89,9 +91,9 @@ func TestStatusDirRefusesWhatIsNotOurs(t *testing.T) {
 // A TCP status endpoint needs a token of at least 128 bits' spelling; the
 // error names the variable and the command that makes a good one.
 func TestStatusTokenStrength(t *testing.T) {
-	setEnv(t, "GOCL_STATUS_DIR", t.TempDir())
+	configtest.Setenv(t, "GOCL_STATUS_DIR", t.TempDir())
 	for _, weak := range []string{"", "s3cret", "0123456789abcdef0123456789abcde", strings.Repeat("ab", 20)} {
-		setEnv(t, "GOCL_STATUS_TOKEN", weak)
+		configtest.Setenv(t, "GOCL_STATUS_TOKEN", weak)
 		err := listenStatus("tcp:127.0.0.1:0")
 		if err == nil {
 			t.Errorf("token %q accepted", weak)

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
-	"gocl/abi"
 	"io"
 	"math"
 	"net"
@@ -16,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"gocl/abi"
+	"gocl/runtime/config/configtest"
 	"gocl/runtime/wire"
 )
 
@@ -85,7 +86,7 @@ func TestStrangersOnEveryPort(t *testing.T) {
 			logFile := filepath.Join(t.TempDir(), "gocl.log")
 			// The mesh's: connecting on first use there is none, and the
 			// listener's Serve drops strangers at authTimeout as after init.
-			setEnv(t, append([]string{"GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "20", "GOCL_RUNTIME_CONNECT", "0",
+			configtest.Setenv(t, append([]string{"GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "20", "GOCL_RUNTIME_CONNECT", "0",
 				"GOCL_DEBUG", "WARN", "GOCL_DEBUG_FILE", logFile}, via.env...)...)
 			before, attacked := listeningPorts(t), map[int]bool{}
 			var held []net.Conn // the strangers' connections

@@ -1,31 +1,18 @@
 package comm
 
 import (
-	"bufio"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
-	"gocl/abi"
 	"math"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"unsafe"
 
+	"gocl/abi"
 	"gocl/kernels"
 	"gocl/runtime/config"
 )
-
-// setEnv sets GOCL_* variables for one test and makes config re-read them.
-func setEnv(t *testing.T, kv ...string) {
-	t.Helper()
-	for i := 0; i < len(kv); i += 2 {
-		t.Setenv(kv[i], kv[i+1])
-	}
-	config.Reload()
-	t.Cleanup(config.Reload)
-}
 
 // clique makes n in-process ranks and runs body on each concurrently,
 // failing the test with every rank's error.
@@ -226,26 +213,6 @@ func redOp(c *Comm, t abi.DataType, op abi.RedOp) (int32, func(), error) {
 func configReset(tb testing.TB) {
 	config.Reload()
 	tb.Cleanup(config.Reload)
-}
-
-// readJSONLines decodes a file of JSON lines (trace and metrics files).
-func readJSONLines[T any](t *testing.T, path string) []T {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []T
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var v T
-		if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
-			t.Fatalf("%s: %v: %s", path, err, sc.Text())
-		}
-		out = append(out, v)
-	}
-	return out
 }
 
 // localComms makes n in-process ranks (InitAll), destroyed when the test ends.

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"gocl/runtime/config/configtest"
 	"gocl/runtime/status"
 	"gocl/runtime/tune"
 )
@@ -17,7 +18,7 @@ import (
 func TestTuneSettingsMustMatch(t *testing.T) {
 	for _, lazy := range []string{"0", "1"} {
 		t.Run("runtime_connect="+lazy, func(t *testing.T) {
-			setEnv(t, "GOCL_RUNTIME_CONNECT", lazy, "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "30")
+			configtest.Setenv(t, "GOCL_RUNTIME_CONNECT", lazy, "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "30")
 			odd := map[int]bool{2: true, 4: true}
 			testSettings = func(rank int, s tune.Settings) tune.Settings {
 				if odd[rank] {

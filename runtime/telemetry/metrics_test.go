@@ -1,59 +1,29 @@
 package telemetry
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"gocl/abi"
 	"io"
 	"math"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"gocl/runtime/config"
+	"gocl/abi"
+	"gocl/runtime/config/configtest"
+	"gocl/runtime/telemetry/telemetrytest"
 	"gocl/runtime/tune"
 	"gocl/runtime/wire"
 )
-
-func setEnv(t *testing.T, kv ...string) {
-	t.Helper()
-	for i := 0; i < len(kv); i += 2 {
-		t.Setenv(kv[i], kv[i+1])
-	}
-	config.Reload()
-	t.Cleanup(config.Reload)
-}
 
 // metricLine is what a test reads back of a metrics line.
 type metricLine struct {
 	Coll    map[string]any `json:"coll_perf"`
 	Dropped *uint64        `json:"gocl_metrics_dropped"`
-}
-
-func readJSONLines[T any](t *testing.T, path string) []T {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []T
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var v T
-		if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
-			t.Fatalf("%s: %v: %s", path, err, sc.Text())
-		}
-		out = append(out, v)
-	}
-	return out
 }
 
 // A full buffer drops (and the file says how many) rather than block; a
@@ -80,7 +50,7 @@ func TestMetricsDropsAndPanics(t *testing.T) {
 	m.Coll(&h, m.busFactorChoice(), 16, time.Now(), errors.New(`bad "quote"`))
 	m.flush()
 	m.finish()
-	lines := readJSONLines[metricLine](t, path)
+	lines := telemetrytest.ReadLines[metricLine](t, path)
 	if len(lines) != 4 || lines[2].Dropped == nil || *lines[2].Dropped != 4 {
 		t.Fatalf("want 2 records, a drop line of 4, then 1 record; got %+v", lines)
 	}
@@ -105,7 +75,7 @@ func (m *Metrics) busFactorChoice() (ch tune.Choice) { return }
 // format (the communicator feeds its recorder: runtime/comm's TestMetricsFile).
 func TestMetricsPrometheus(t *testing.T) {
 	promState.once = sync.Once{}
-	setEnv(t, "GOCL_METRICS_PORT", "127.0.0.1:0", "GOCL_METRICS_FILE", "")
+	configtest.Setenv(t, "GOCL_METRICS_PORT", "127.0.0.1:0", "GOCL_METRICS_FILE", "")
 	t.Cleanup(func() {
 		promState.mu.Lock()
 		promState.ln.Close()
@@ -190,7 +160,7 @@ func TestMetricsBarePortIsLoopbackOnly(t *testing.T) {
 	port := free.Addr().(*net.TCPAddr).Port
 	free.Close()
 	promState.once = sync.Once{}
-	setEnv(t, "GOCL_METRICS_PORT", fmt.Sprint(port))
+	configtest.Setenv(t, "GOCL_METRICS_PORT", fmt.Sprint(port))
 	t.Cleanup(func() {
 		promState.mu.Lock()
 		if promState.ln != nil {
@@ -217,7 +187,7 @@ func TestMetricsBarePortIsLoopbackOnly(t *testing.T) {
 // to other methods, and lets go of a client that sends nothing.
 func TestMetricsEndpointAnswers(t *testing.T) {
 	promState.once = sync.Once{}
-	setEnv(t, "GOCL_METRICS_PORT", "127.0.0.1:0")
+	configtest.Setenv(t, "GOCL_METRICS_PORT", "127.0.0.1:0")
 	t.Cleanup(func() {
 		promState.mu.Lock()
 		promState.ln.Close()
