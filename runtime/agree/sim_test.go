@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"gocl/runtime/bootstrap"
 )
 
 // A deterministic simulator (as FoundationDB's and TigerBeetle's): every
@@ -219,15 +221,10 @@ func (s *sim) logf(format string, a ...any) {
 	}
 }
 
-// probeWait is the live driver's bound on one request (comm.probeWait).
-func probeWait(t time.Duration) time.Duration {
-	return min(max(t/4, 200*time.Millisecond), time.Second)
-}
-
 // send delivers m as one request from m.From to m.To at now.
 func (s *sim) send(m Msg) {
 	a, b, t0 := m.From, m.To, s.now
-	pw := probeWait(window)
+	pw := bootstrap.ProbeWait(window)
 	fail := func(refused bool) {
 		d := pw
 		if refused {
@@ -483,7 +480,7 @@ func runSeed(t *testing.T, seed int64, verbose bool) {
 		if s.outcome[r] == nil {
 			s.fail("termination broken: rank %d (called at %v) never ended", r, st)
 		}
-		limit := s.called[r] + Bound(window) + s.ms[r].Tick() + probeWait(window) + (s.p.pause[r].to - s.p.pause[r].from)
+		limit := s.called[r] + Bound(window) + s.ms[r].Tick() + bootstrap.ProbeWait(window) + (s.p.pause[r].to - s.p.pause[r].from)
 		if s.doneAt[r] > limit {
 			s.fail("termination broken: rank %d called at %v ended at %v, past %v", r, st, s.doneAt[r], limit)
 		}

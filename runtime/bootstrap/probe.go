@@ -16,6 +16,13 @@ import (
 // one that is itself waiting for someone else) and the survivors'
 // agreement when the communicator shrinks.
 
+// ProbeWait bounds one request to a rank's listener (a liveness probe, an
+// agreement message) in a communicator of that timeout: long enough for a
+// loaded host to answer, short next to the timeout that started it.
+func ProbeWait(timeout time.Duration) time.Duration {
+	return min(max(timeout/4, 200*time.Millisecond), time.Second)
+}
+
 // AskProbe asks a rank's listener for its liveness: a peer that timed out
 // following the wait chain, and the heartbeat.
 const AskProbe = "probe"

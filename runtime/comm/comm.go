@@ -17,6 +17,7 @@ import (
 
 	"gocl/abi"
 	"gocl/kernels"
+	"gocl/runtime/agree/agreenet"
 	"gocl/runtime/algo"
 	"gocl/runtime/bootstrap"
 	"gocl/runtime/config"
@@ -103,7 +104,7 @@ type Comm struct {
 	verdict error // the first diagnosis of a failure, kept for its echoes
 
 	beats     *heartbeat.Watcher // nil: no heartbeat (heartbeat.go)
-	agreement agreement          // the survivors' agreement of its shrinks (shrink.go, agree.go)
+	agreement *agreenet.Node     // the survivors' agreement of its shrinks (shrink.go, listener.go)
 	growID    *bootstrap.ID      // the id GetUniqueID made for a grow (grow.go)
 }
 
@@ -285,6 +286,7 @@ func InitRank(id bootstrap.ID, nranks, rank, device int, opts Options) (*Comm, e
 		links: make([]transport.Link, nranks), sendSeq: make([]uint64, nranks), recvSeq: make([]uint64, nranks),
 		redops: map[int32]preMulSum{}, nextOp: 5, ln: ln, secret: id.Secret(), lazy: me.Lazy}
 	c.ifc = ifc
+	c.agreement = agreenet.New((*agreeMember)(c))
 	if c.lazy {
 		c.pairs = map[int]*pairState{}
 	}

@@ -42,12 +42,6 @@ type progress struct {
 func (p *progress) enter() { p.edges.Add(1) }
 func (p *progress) leave() { p.edges.Add(1) }
 
-// probeWait bounds one liveness probe: long enough for a loaded host to
-// answer, short next to the timeout that started the diagnosis.
-func probeWait(timeout time.Duration) time.Duration {
-	return min(max(timeout/4, 200*time.Millisecond), time.Second)
-}
-
 // answer is this rank's liveness.
 func (c *Comm) answer() any {
 	edges := c.prog.edges.Load()
@@ -96,7 +90,7 @@ func (c *Comm) blame(err error) error {
 
 // diagnose walks the wait chain from e.Peer; err is e as returned.
 func (c *Comm) diagnose(e *transport.Error, err error) error {
-	wait := probeWait(c.timeout)
+	wait := bootstrap.ProbeWait(c.timeout)
 	if e.Kind == transport.KindTimeout {
 		c.prog.waitsOn.Store(int64(e.Peer))
 	}

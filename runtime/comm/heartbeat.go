@@ -37,9 +37,5 @@ func (c *Comm) takeVerdict(v heartbeat.Verdict) {
 	}
 	c.fail(transport.NewError(transport.Error{Kind: transport.KindStalled, Self: c.rank, Peer: v.Root, Via: via,
 		What: "heartbeat", Detail: v.Detail}))
-	a := &c.agreement
-	a.mu.Lock()
-	out, o := c.machine().Dead(c.agreeNow(), v.Root)
-	c.agreeStep(out, o, -1)
-	a.mu.Unlock()
+	c.agreement.Dead(v.Root)
 }

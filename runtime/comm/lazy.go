@@ -352,7 +352,7 @@ func (c *Comm) dialPair(p int, deadline time.Time) error {
 // a timeout is diagnosed along the wait chain (blame), and a peer whose
 // listener refuses connections (its communicator is gone) ends the wait.
 func (c *Comm) awaitPeer(p int, deadline time.Time, done <-chan struct{}) error {
-	wait := probeWait(c.timeout)
+	wait := bootstrap.ProbeWait(c.timeout)
 	nextProbe := time.Now().Add(wait)
 	// Without done (this rank's dial crossed p's) nothing signals the
 	// link's arrival: look again after a pause that starts short, as the

@@ -28,7 +28,7 @@ const (
 // same order; excluded ranks do not call it. c may have failed (a rank
 // died): shrinking talks over the bootstrap listeners, not c's links. With
 // agree, exclude must be empty and the survivors find the dead set
-// themselves (agree.go): every survivor gets the same communicator, even
+// themselves (runtime/agree/agreenet): every survivor gets the same communicator, even
 // when they noticed the failure at different times or a rank dies during
 // the shrink. The new communicator takes the timeout of opts, else c's; c
 // stays to be destroyed.
@@ -69,7 +69,7 @@ func (c *Comm) Shrink(exclude []int, agree bool, flags ShrinkFlags, opts Options
 	// communicator fails to start (a member died after it) is agreed again,
 	// once more at most: a shrink returns within twice the bound.
 	for attempt := 0; ; attempt++ {
-		o, err := c.agreeOn(!agree, exclude)
+		o, err := c.agreement.Agree(!agree, exclude)
 		if err != nil {
 			return nil, status.Errorf(status.RemoteError, "shrink on rank %d: %w", c.rank, err)
 		}
@@ -105,7 +105,7 @@ func (c *Comm) freedNow() bool {
 // quiescent, to be shrunk or destroyed.
 func (c *Comm) Revoke() {
 	c.fail(revoked(c.rank, c.rank))
-	wait := probeWait(c.timeout)
+	wait := bootstrap.ProbeWait(c.timeout)
 	var wg sync.WaitGroup
 	for p := range c.peers {
 		if p == c.rank {

@@ -8,22 +8,23 @@ import (
 	"time"
 
 	"gocl/runtime/agree"
+	"gocl/runtime/agree/agreenet"
 	"gocl/runtime/config/configtest"
 )
 
 // The agreement's cases beyond the review's (shrink_review_test.go), with
-// the test hooks of agree.go; the logic itself is proved over seeded
+// the test hooks of runtime/agree/agreenet; the logic itself is proved over seeded
 // schedules in runtime/agree.
 
 // hooks installs the agreement's test hooks for one test.
 func hooks(t *testing.T, drop func(agree.Msg) bool, outcome func(int, *agree.Outcome)) {
 	if drop != nil {
-		agreeDropHook.Store(&drop)
+		agreenet.DropHook.Store(&drop)
 	}
 	if outcome != nil {
-		agreeOutcomeHook.Store(&outcome)
+		agreenet.OutcomeHook.Store(&outcome)
 	}
-	t.Cleanup(func() { agreeDropHook.Store(nil); agreeOutcomeHook.Store(nil) })
+	t.Cleanup(func() { agreenet.DropHook.Store(nil); agreenet.OutcomeHook.Store(nil) })
 }
 
 func sameComm(t *testing.T, subs []*Comm, errs []error, survivors []int) {
@@ -93,12 +94,12 @@ func TestShrinkCoordinatorDiesAfterTellingOne(t *testing.T) {
 // With no timeout (GOCL_TIMEOUT=0) every wait is still bounded: a survivor
 // that dies between the decision and the new communicator's start leaves
 // the others in a rendezvous that ends with the agreement's bound (the
-// window, shrinkWindow here), and they agree again without it.
+// window, agreenet.DefaultWindow here), and they agree again without it.
 func TestShrinkWithoutTimeoutIsBounded(t *testing.T) {
 	configtest.Setenv(t, "GOCL_SOCKET_IFNAME", "lo", "GOCL_TIMEOUT", "0")
-	saved := shrinkWindow
-	shrinkWindow = time.Second
-	t.Cleanup(func() { shrinkWindow = saved })
+	saved := agreenet.DefaultWindow
+	agreenet.DefaultWindow = time.Second
+	t.Cleanup(func() { agreenet.DefaultWindow = saved })
 	comms, err := InitAll(4, nil, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +114,7 @@ func TestShrinkWithoutTimeoutIsBounded(t *testing.T) {
 	subs, errs := shrinkAll(comms, []int{0, 1, 2, 3}, nil, func(int) time.Duration { return 0 })
 	took := time.Since(start)
 	t.Logf("survivors shrank in %v", took)
-	if bound := 2*agree.Bound(shrinkWindow) + 2*time.Second; took > bound {
+	if bound := 2*agree.Bound(agreenet.DefaultWindow) + 2*time.Second; took > bound {
 		t.Errorf("the shrink took %v, past its bound %v", took, bound)
 	}
 	sameComm(t, subs, errs, []int{0, 1, 2})
