@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"gocl/runtime/bootstrap"
+	"gocl/runtime/telemetry"
 )
 
 // A flood past the fd limit (issue 38): a job's process whose
@@ -254,7 +255,7 @@ func everyRank(comms []*Comm, body func(c *Comm) error) error {
 // DIR/PID.key, then one plain request.
 func askStatusEndpoint() (StatusReply, error) {
 	var rep StatusReply
-	base := filepath.Join(StatusDir(), strconv.Itoa(os.Getpid()))
+	base := filepath.Join(telemetry.StatusDir(), strconv.Itoa(os.Getpid()))
 	hexKey, err := os.ReadFile(base + ".key")
 	if err != nil {
 		return rep, err

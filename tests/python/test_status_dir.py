@@ -2,7 +2,7 @@
 alone, and only a TCP token of 128 bits' spelling (issue 38): a symlink
 planted at /tmp/gocl-UID, a directory of another owner or one others may
 enter is refused with a sentence saying what is wrong and what to do, as
-the runtime refuses it (runtime/comm/statusdir_test.go); so is a weak
+the runtime refuses it (runtime/telemetry/endpoint_test.go); so is a weak
 GOCL_STATUS_TOKEN, on both sides."""
 
 from __future__ import annotations

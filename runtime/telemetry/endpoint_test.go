@@ -1,4 +1,4 @@
-package comm
+package telemetry
 
 import (
 	"os"
@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"gocl/runtime/bootstrap"
 	"gocl/runtime/config/configtest"
 )
 
@@ -54,7 +55,7 @@ func TestStatusDirRefusesWhatIsNotOurs(t *testing.T) {
 	}
 	for _, tc := range cases {
 		configtest.Setenv(t, "GOCL_STATUS_DIR", tc.dir)
-		err := listenStatus("1")
+		err := ListenStatus("1", func(bootstrap.Request) any { return nil })
 		if err == nil {
 			t.Errorf("%s: accepted", tc.dir)
 			continue
@@ -72,7 +73,7 @@ func TestStatusDirRefusesWhatIsNotOurs(t *testing.T) {
 	// A fresh directory is made 0700 and gets this process's key (0600) and socket.
 	mine := filepath.Join(base, "new", "st")
 	configtest.Setenv(t, "GOCL_STATUS_DIR", mine)
-	if err := listenStatus("1"); err != nil {
+	if err := ListenStatus("1", func(bootstrap.Request) any { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	var st syscall.Stat_t
@@ -94,7 +95,7 @@ func TestStatusTokenStrength(t *testing.T) {
 	configtest.Setenv(t, "GOCL_STATUS_DIR", t.TempDir())
 	for _, weak := range []string{"", "s3cret", "0123456789abcdef0123456789abcde", strings.Repeat("ab", 20)} {
 		configtest.Setenv(t, "GOCL_STATUS_TOKEN", weak)
-		err := listenStatus("tcp:127.0.0.1:0")
+		err := ListenStatus("tcp:127.0.0.1:0", func(bootstrap.Request) any { return nil })
 		if err == nil {
 			t.Errorf("token %q accepted", weak)
 			continue
