@@ -24,7 +24,7 @@ func (f *fake) Rank() int             { return f.rank }
 func (f *fake) Ranks() int            { return len(f.addrs) }
 func (f *fake) Addr(p int) string     { return f.addrs[p] }
 func (f *fake) Secret() []byte        { return nil }
-func (f *fake) Window() time.Duration { return 2 * time.Second }
+func (f *fake) Window() time.Duration { return 4 * time.Second } // a request waits bootstrap.ProbeWait: 1 s
 func (f *fake) NewRoot(time.Duration) (bootstrap.ID, error) {
 	var id bootstrap.ID // a proposal's name; nobody joins it here
 	for i := range id {
