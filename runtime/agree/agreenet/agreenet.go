@@ -147,9 +147,7 @@ func (n *Node) send(m agree.Msg) {
 		return
 	}
 	var replies []agree.Msg
-	n.mu.Lock()
-	wait := bootstrap.ProbeWait(n.m.Timeout())
-	n.mu.Unlock()
+	wait := bootstrap.ProbeWait(n.m.Timeout()) // n.m was made before any send started, and its timeout never changes
 	err := bootstrap.Ask(n.member.Addr(m.To), n.member.Secret(), time.Now().Add(wait), bootstrap.NewRequest(Ask, m), &replies)
 	n.mu.Lock()
 	defer n.mu.Unlock()
