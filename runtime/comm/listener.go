@@ -63,18 +63,3 @@ func (m *agreeMember) Window() time.Duration { return m.timeout }
 func (m *agreeMember) NewRoot(lifetime time.Duration) (bootstrap.ID, error) {
 	return (*Comm)(m).newUniqueID(lifetime)
 }
-
-// complement is every rank of n not in keep.
-func complement(keep []int, n int) []int {
-	var out []int
-	for r := 0; r < n; r++ {
-		found := false
-		for _, k := range keep {
-			found = found || k == r
-		}
-		if !found {
-			out = append(out, r)
-		}
-	}
-	return out
-}

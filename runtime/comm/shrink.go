@@ -129,3 +129,18 @@ func revoked(self, by int) error {
 	return transport.NewError(transport.Error{Kind: transport.KindPeerFailed, Self: self, Peer: by, Via: -1,
 		Detail: fmt.Sprintf("rank %d revoked the communicator", by)})
 }
+
+// complement is every rank of n not in keep.
+func complement(keep []int, n int) []int {
+	var out []int
+	for r := 0; r < n; r++ {
+		found := false
+		for _, k := range keep {
+			found = found || k == r
+		}
+		if !found {
+			out = append(out, r)
+		}
+	}
+	return out
+}
