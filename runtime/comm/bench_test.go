@@ -50,7 +50,7 @@ func BenchmarkAllReduce(b *testing.B) {
 // all_reduce -g 1 -b 8 -e 8 times the same call through the C API; the
 // difference is what the C API adds per call.
 func BenchmarkCallOneRank(b *testing.B) {
-	configReset(b)
+	configtest.Setenv(b)
 	comms, err := InitAll(1, nil, Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -167,7 +167,7 @@ func BenchmarkArmDeadline(b *testing.B) {
 // benchComms makes n in-process ranks under the settings the benchmark set,
 // destroyed when it ends.
 func benchComms(b *testing.B, n int) []*Comm {
-	configReset(b)
+	configtest.Setenv(b)
 	comms, err := InitAll(n, nil, Options{})
 	if err != nil {
 		b.Fatal(err)

@@ -55,7 +55,7 @@ func recvAnyBody(per int) func(c *Comm) error {
 }
 
 func TestRecvAnyInProcess(t *testing.T) {
-	configReset(t)
+	configtest.Setenv(t)
 	for n := 2; n <= 5; n++ {
 		t.Run(fmt.Sprint(n), func(t *testing.T) { clique(t, n, recvAnyBody(3)) })
 	}
@@ -90,7 +90,7 @@ func TestRecvAnyTimesOut(t *testing.T) {
 }
 
 func TestRecvAnyChecksTheFrame(t *testing.T) {
-	configReset(t)
+	configtest.Setenv(t)
 	clique(t, 2, func(c *Comm) error {
 		if c.Rank() == 1 {
 			c.Run(nil, Op{Coll: 9, Send: ptr(make([]byte, 16)), Count: 4, Type: abi.Int32, Peer: 0, IsSend: true})
@@ -105,7 +105,7 @@ func TestRecvAnyChecksTheFrame(t *testing.T) {
 }
 
 func TestRecvAnyNeedsAPeer(t *testing.T) {
-	configReset(t)
+	configtest.Setenv(t)
 	clique(t, 1, func(c *Comm) error {
 		_, err := c.RecvAny(ptr(make([]byte, 4)), 1, abi.Int32)
 		if status.CodeOf(err) != status.InvalidUsage {

@@ -11,7 +11,6 @@ import (
 
 	"gocl/abi"
 	"gocl/kernels"
-	"gocl/runtime/config"
 )
 
 // clique makes n in-process ranks and runs body on each concurrently,
@@ -208,11 +207,6 @@ func redOp(c *Comm, t abi.DataType, op abi.RedOp) (int32, func(), error) {
 	encode(t, s, 2)
 	h, err := c.CreatePreMulSum(t, s[:t.Size()])
 	return h, func() { c.DestroyRedOp(h) }, err
-}
-
-func configReset(tb testing.TB) {
-	config.Reload()
-	tb.Cleanup(config.Reload)
 }
 
 // localComms makes n in-process ranks (InitAll), destroyed when the test ends.
