@@ -55,15 +55,15 @@ type Verdict struct {
 	Tell   []int  `json:"tell"`   // the ranks the recipient passes it on to
 }
 
-// Period is how often a watcher asks: five asks per timeout, at most one a
+// period is how often a watcher asks: five asks per timeout, at most one a
 // second.
-func Period(timeout time.Duration) time.Duration {
+func period(timeout time.Duration) time.Duration {
 	return min(max(timeout/5, 10*time.Millisecond), time.Second)
 }
 
-// Watched is the rank m's heartbeat watches: the next rank when it lives in
+// watched is the rank m's heartbeat watches: the next rank when it lives in
 // another process, else none (-1).
-func Watched(m Member) int {
+func watched(m Member) int {
 	self, n := m.Rank(), m.Ranks()
 	next := (self + 1) % n
 	if next == self || m.Peer(next).Proc == m.Peer(self).Proc {
@@ -90,7 +90,7 @@ type Watcher struct {
 // Watch starts m's watcher when timeout is on and m has a peer to watch
 // (nil otherwise); it ends when m fails or Stop is called.
 func Watch(m Member, timeout time.Duration) *Watcher {
-	p := Watched(m)
+	p := watched(m)
 	if timeout <= 0 || p < 0 {
 		return nil
 	}
@@ -131,7 +131,7 @@ func (w *Watcher) stopped() bool {
 
 func (w *Watcher) run() {
 	defer func() { recover() }() // a goroutine of ours never takes the process down
-	tick := time.NewTicker(Period(w.timeout))
+	tick := time.NewTicker(period(w.timeout))
 	defer tick.Stop()
 	p, addr := w.peer, w.m.Peer(w.peer).Addr
 	var s *bootstrap.Session
@@ -218,15 +218,15 @@ func (w *Watcher) declareGone(p int, silent time.Duration) {
 	// once, and the others must not depend on it staying. Every reachable
 	// rank is asked at once; ranks that do not answer (a partition) cost
 	// their share a retry each, so this rank waits for it at most
-	// SpreadWait, and the telling goes on meanwhile.
+	// spreadWait, and the telling goes on meanwhile.
 	tellThenTake(m, Verdict{Root: p, From: m.Rank(), Detail: detail}, others)
 }
 
-// SpreadWait bounds how long a rank holds its own failure back while it
+// spreadWait bounds how long a rank holds its own failure back while it
 // passes a verdict on.
-const SpreadWait = 2 * time.Second
+const spreadWait = 2 * time.Second
 
-// tellThenTake spreads v to ranks, then (or after SpreadWait) takes it.
+// tellThenTake spreads v to ranks, then (or after spreadWait) takes it.
 func tellThenTake(m Member, v Verdict, ranks []int) {
 	done := make(chan struct{})
 	go func() {
@@ -234,7 +234,7 @@ func tellThenTake(m Member, v Verdict, ranks []int) {
 		defer func() { recover() }()
 		spread(m, v, ranks)
 	}()
-	t := time.NewTimer(SpreadWait)
+	t := time.NewTimer(spreadWait)
 	defer t.Stop()
 	select {
 	case <-done:

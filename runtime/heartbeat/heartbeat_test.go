@@ -87,11 +87,11 @@ func TestWatchedIsTheNextProcess(t *testing.T) {
 	fs := job(t, 5, []string{"a", "a", "b", "c", "c"})
 	want := []int{-1, 2, 3, -1, 0}
 	for r, f := range fs {
-		if got := Watched(f); got != want[r] {
+		if got := watched(f); got != want[r] {
 			t.Errorf("rank %d watches %d, want %d", r, got, want[r])
 		}
 	}
-	if got := Watched(job(t, 1, nil)[0]); got != -1 {
+	if got := watched(job(t, 1, nil)[0]); got != -1 {
 		t.Errorf("a lone rank watches %d", got)
 	}
 	if w := Watch(fs[0], time.Second); w != nil {
@@ -116,7 +116,7 @@ func TestAStoppedRankIsNamedOnEveryRank(t *testing.T) {
 	// this test's.
 	w := Watch(fs[stopped-1], timeout)
 	t.Cleanup(w.Stop)
-	time.Sleep(2 * Period(timeout)) // the watcher has heard its peer
+	time.Sleep(2 * period(timeout)) // the watcher has heard its peer
 	fs[stopped].stopped.Store(true)
 	deadline := time.Now().Add(10 * time.Second)
 	for r, f := range fs {
