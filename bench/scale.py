@@ -59,6 +59,22 @@ def rollup() -> dict[str, int]:
     return out
 
 
+def time_calls(ar, first, small, big) -> dict[str, float]:
+    """The first all_reduce (of first), then the median of 100 of small
+    and of 20 of big, in seconds."""
+    t = time.perf_counter()
+    ar(first)
+    out = {"first": time.perf_counter() - t}
+    for key, x, n in (("lat", small, 100), ("bw", big, 20)):
+        times = []
+        for _ in range(n):
+            t = time.perf_counter()
+            ar(x)
+            times.append(time.perf_counter() - t)
+        out[key] = sorted(times)[n // 2]
+    return out
+
+
 def worker(backend: str, out_dir: str) -> None:
     import numpy as np
 
@@ -89,21 +105,9 @@ def worker(backend: str, out_dir: str) -> None:
         def ar(x):
             comm.all_reduce(x)
     t_init = time.time() - t0
-    t1 = time.perf_counter()
-    ar(small)
-    t_first = time.perf_counter() - t1
-    lat = []
-    for _ in range(100):
-        t = time.perf_counter()
-        ar(small)
-        lat.append(time.perf_counter() - t)
-    bw = []
-    for _ in range(20):
-        t = time.perf_counter()
-        ar(big)
-        bw.append(time.perf_counter() - t)
+    calls = time_calls(ar, small, small, big)
     r = rollup()
-    row = {"rank": rank, "size": size, "init": t_init, "late": late, "first": t_first, "lat": sorted(lat)[50], "bw": sorted(bw)[10],
+    row = {"rank": rank, "size": size, "init": t_init, "late": late, **calls,
            "fds": len(os.listdir("/proc/self/fd")), "thr": len(os.listdir("/proc/self/task")),
            "rss": r.get("Rss", 0) / 1024, "shm": r.get("Pss_Shmem", 0) / 1024,
            "maxrss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
@@ -176,21 +180,8 @@ def packed_worker(backend: str, out_dir: str, per: int) -> None:
                 def ar(x):
                     comm.all_reduce(x)
             t_init = time.time() - t0
-            t1 = time.perf_counter()
-            ar(one)
-            t_first = time.perf_counter() - t1
-            lat = []
-            for _ in range(100):
-                t = time.perf_counter()
-                ar(small)
-                lat.append(time.perf_counter() - t)
-            bw = []
-            for _ in range(20):
-                t = time.perf_counter()
-                ar(big)
-                bw.append(time.perf_counter() - t)
-            rows.append({"init": t_init, "first": t_first, "lat": sorted(lat)[50], "bw": sorted(bw)[10],
-                         "ok": float(one[0]) == size and not small.any() and not big.any()})
+            calls = time_calls(ar, one, small, big)
+            rows.append({"init": t_init, **calls, "ok": float(one[0]) == size and not small.any() and not big.any()})
             measured.wait()  # the process's fds, threads and memory are read with every rank alive
             measured.wait()
             ar(small)  # a barrier before teardown: no rank leaves while another still calls
